@@ -1,0 +1,51 @@
+# torch-course: `make lab` to learn, `make test` to check. See README.md.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+JOBS ?= 2
+NB ?=
+PYTEST_NB := -p no:cacheprovider --nbval --nbval-current-env \
+	--nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
+
+.PHONY: help venv lab test test-gpu execute check clean distclean
+help:
+	@echo "make lab       create/refresh .venv and open JupyterLab on notebooks/"
+	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
+	@echo "make execute   re-run notebooks and store fresh outputs (NB=01 for one notebook)"
+	@echo "make test-gpu  on a CUDA machine: run every notebook on the GPU, checking asserts only"
+	@echo "make clean     remove generated files (runs, caches); distclean also removes .venv"
+
+# The venv is rebuilt when it is missing or requirements.txt is newer than the last install.
+# A .pth file puts the repository root on sys.path, so `import utils` works in every kernel.
+$(STAMP): requirements.txt
+	@if ! $(PY) -c "import sys" 2>/dev/null; then rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); fi
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'torch_course.pth').write_text('$(CURDIR)\n')"
+	@touch $@
+
+venv: $(STAMP)
+
+lab: $(STAMP)
+	JUPYTER_PLATFORM_DIRS=1 $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
+		$$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) tests notebooks
+
+test-gpu: $(STAMP)
+	TORCH_COURSE_GPU=1 $(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
+
+execute: $(STAMP)
+	$(PY) -m utils.notebooks execute -j $(JOBS) $(NB)
+
+check: $(STAMP)
+	$(PY) -m utils.notebooks check
+
+clean:
+	rm -rf runs notebooks/runs .pytest_cache data/MNIST
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,11 @@
+"""Test-session setup shared by unit tests and nbval.
+
+The notebook kernels that nbval starts inherit this process's environment, so the same
+:data:`utils.notebooks.NOTEBOOK_ENV` that ``make execute`` uses is applied here.
+"""
+
+from utils.notebooks import apply_notebook_env
+
+
+def pytest_configure(config):  # noqa: ARG001 - pytest hook signature
+    apply_notebook_env()

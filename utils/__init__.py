@@ -1,0 +1,30 @@
+"""Shared helpers for the torch-course notebooks.
+
+Only what two or more notebooks would otherwise repeat lives here: choosing a device,
+seeding, stable printing, plotting and paths. What a notebook *teaches* stays in the notebook.
+
+Typical use in a notebook::
+
+    from utils import get_device, seed_everything, show
+"""
+
+from utils.device import DEVICE_ENV_VAR, get_device
+from utils.paths import DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, relpath
+from utils.plotting import plot_curves, plot_image_grid, plot_matrix
+from utils.seed import seed_everything
+from utils.show import fmt, show
+
+__all__ = [
+    "DATA_DIR",
+    "DEVICE_ENV_VAR",
+    "NOTEBOOKS_DIR",
+    "REPO_ROOT",
+    "fmt",
+    "get_device",
+    "plot_curves",
+    "plot_image_grid",
+    "plot_matrix",
+    "relpath",
+    "seed_everything",
+    "show",
+]
