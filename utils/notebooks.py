@@ -146,8 +146,9 @@ def check(ipynb_path: Path) -> list[str]:
 
     Checked: the ``.py`` source exists and has the same cells; the outputs were made from the
     current source (digest written by :func:`execute`); code cells ran once each, in order,
-    in one session; no error output; no DeprecationWarning/FutureWarning text; every
-    ``# NBVAL_IGNORE_OUTPUT`` cell asserts what it shows; at least 80% of code cells are compared.
+    in one session; no error output; no DeprecationWarning/FutureWarning text; every code cell
+    shows something (compared by nbval) or asserts something; every ``# NBVAL_IGNORE_OUTPUT``
+    cell asserts what it shows; at least 80% of code cells are compared.
     """
     ipynb_path = Path(ipynb_path)
     problems: list[str] = []
@@ -176,9 +177,12 @@ def check(ipynb_path: Path) -> list[str]:
             if re.search(r"DeprecationWarning|FutureWarning", text):
                 problems.append(f"{ipynb_path.name} code cell {i}: a DeprecationWarning/FutureWarning is in the output")
         lines = [ln.strip() for ln in cell.source.splitlines()]
+        asserts = any(re.match(r"(assert\b|torch\.testing\.assert_close\()", ln) for ln in lines)
+        if not cell.get("outputs") and not asserts:
+            problems.append(f"{ipynb_path.name} code cell {i}: shows nothing and asserts nothing (print or assert what it does)")
         if IGNORE_MARK in lines:
             ignored += 1
-            if not any(re.match(r"assert\b", ln) for ln in lines):
+            if not asserts:
                 problems.append(f"{ipynb_path.name} code cell {i}: {IGNORE_MARK} without an assert")
         if "# NBVAL_SKIP" in lines:
             problems.append(f"{ipynb_path.name} code cell {i}: NBVAL_SKIP is not used in this course")

@@ -1,0 +1,102 @@
+"""The notebooks' stored outputs are trustworthy, and the harness is configured as README says."""
+
+import configparser
+import re
+
+import nbformat
+import pytest
+
+from utils import REPO_ROOT
+from utils.notebooks import NOTEBOOK_ENV, check, notebook_env, read_source, source_digest
+
+NB_DIR = REPO_ROOT / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+SOURCES = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks found"
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.name)
+def test_every_source_has_an_executed_notebook(py):
+    assert py.with_suffix(".ipynb").exists(), f"{py.name} was never executed: run `make execute NB={py.stem}`"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_in_sync_and_cleanly_executed(nb):
+    assert check(nb) == []
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_metadata_is_minimal(nb):
+    node = nbformat.read(nb, as_version=4)
+    assert set(node.metadata) == {"kernelspec", "language_info", "torch_course"}
+    assert all(cell.metadata == {} for cell in node.cells)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_opens_and_closes_for_a_learner(nb):
+    cells = nbformat.read(nb, as_version=4).cells
+    assert cells[0].cell_type == "markdown" and cells[0].source.startswith("# "), "first cell: a title"
+    assert re.search(r"run|minute|second", cells[0].source, re.I), "first cell: how long it runs"
+    assert cells[-1].cell_type == "markdown" and "summary" in cells[-1].source.lower(), "last cell: a summary"
+
+
+def test_check_catches_a_stale_notebook(tmp_path):
+    src = tmp_path / "99_demo.py"
+    src.write_text("# %% [markdown]\n# # Demo\n\n# %%\nprint(1)\n")
+    nb = read_source(src)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    nb.cells[1].execution_count = 1
+    nb.metadata = {"torch_course": {"source_sha256": source_digest(nb)}}
+    nbformat.write(nb, tmp_path / "99_demo.ipynb")
+    assert check(tmp_path / "99_demo.ipynb") == []
+    src.write_text("# %% [markdown]\n# # Demo\n\n# %%\nprint(2)\n")  # source edited, not re-executed
+    problems = check(tmp_path / "99_demo.ipynb")
+    assert any("differ" in p for p in problems)
+    nb.cells[1].source = "print(2)"  # notebook edited by hand, outputs kept
+    nbformat.write(nb, tmp_path / "99_demo.ipynb")
+    assert any("not made from these cells" in p for p in check(tmp_path / "99_demo.ipynb"))
+
+
+def test_check_catches_errors_warnings_and_unasserted_ignores(tmp_path):
+    src = tmp_path / "98_demo.py"
+    src.write_text("# %%\n# NBVAL_IGNORE_OUTPUT\nprint(1)\n\n# %%\nx = 1\n\n# %%\ny = 2\n")
+    nb = read_source(src)
+    nb.cells[0].execution_count, nb.cells[1].execution_count, nb.cells[2].execution_count = 1, 3, 4
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stderr", text="FutureWarning: old\n")]
+    nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="x", traceback=[])]
+    nb.metadata = {"torch_course": {"source_sha256": source_digest(nb)}}
+    nbformat.write(nb, tmp_path / "98_demo.ipynb")
+    text = "\n".join(check(tmp_path / "98_demo.ipynb"))
+    expected_problems = ("not 1..3", "stored error output", "FutureWarning", "without an assert", "max 20%", "asserts nothing")
+    for expected in expected_problems:
+        assert expected in text
+
+
+def test_same_environment_for_execute_and_test():
+    assert NOTEBOOK_ENV["OMP_NUM_THREADS"] == "1"
+    assert NOTEBOOK_ENV["TORCH_COURSE_DEVICE"] == "cpu"
+    assert "error::DeprecationWarning" in NOTEBOOK_ENV["PYTHONWARNINGS"]
+    assert "error::FutureWarning" in NOTEBOOK_ENV["PYTHONWARNINGS"]
+    assert "TORCH_COURSE_DEVICE" not in notebook_env(gpu=True)
+    conftest = (REPO_ROOT / "conftest.py").read_text()
+    assert "apply_notebook_env()" in conftest
+
+
+def test_sanitize_file_has_no_empty_replacement():
+    cfg = configparser.ConfigParser()
+    cfg.read(NB_DIR / "sanitize.cfg")
+    assert cfg.sections()
+    for section in cfg.sections():
+        assert cfg[section].get("regex") and cfg[section].get("replace"), section
+        re.compile(cfg[section]["regex"])
+
+
+def test_ci_runs_what_the_readme_says():
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.M)
+    readme = (REPO_ROOT / "README.md").read_text()
+    for command in ("make lab", "make test", "make execute"):
+        assert command in readme
