@@ -1,0 +1,885 @@
+# %% [markdown]
+# # 03 — Dynamic computation graphs and hooks (动态计算图与钩子)
+#
+# **What you will learn.** How PyTorch records a *dynamic computation graph* (动态计算图) while your code
+# runs, and what happens to it when you call `backward()`:
+#
+# - the forward pass runs eagerly, one statement at a time, and Python control flow decides the graph;
+# - the graph's saved values are freed by `backward()` unless you ask for `retain_graph=True`;
+# - `grad_fn` nodes and their `next_functions` edges, walked by hand, printed and drawn;
+# - leaf tensors (叶子节点) and non-leaf tensors, `retain_grad()`;
+# - tensor hooks (钩子) with `register_hook`: logging and changing gradients;
+# - `detach`, `torch.no_grad`, `torch.inference_mode` and how `requires_grad` propagates;
+# - `backward(gradient)` for non-scalar outputs, and splitting one backward pass in two (the notes' `step1/step2`);
+# - in-place operations that break autograd, and the errors they raise;
+# - module hooks: forward pre-hooks, forward hooks, full backward hooks, global hooks, and how
+#   `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer, capturing
+#   activations, gradient-norm monitoring);
+# - exporting a model graph to TensorBoard and reading the event file back.
+#
+# **Before this notebook** you should know tensors and `requires_grad`/`backward()` basics (notebooks 01–02).
+#
+# **Run time.** About 15 s on a 2-core CPU (one thread), kernel start included; the slowest parts are importing
+# TensorBoard and tracing the graph.
+#
+# **On a GPU.** The models and their inputs go to `get_device()`; every graph, hook and error below
+# behaves the same on CUDA (the graph nodes have the same names), only the numbers drawn from the random
+# generator differ. The tiny scalar examples stay on the CPU on purpose: they are about autograd, not speed.
+#
+# The examples follow the teacher's notes ("动态计算图", "PyTorch 中 backward() 详解", "PyTorch中的钩子（Hook）",
+# the `step1/step2` example, "inplace=True", "detach" and "register 与 hook 机制"); where the notes show PyTorch 1.x
+# code that has changed since, the notebook says so and shows the current way.
+
+# %%
+import shutil
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils import REPO_ROOT, fmt, get_device, plot_curves, plot_image_grid, relpath, seed_everything
+
+seed_everything(0)
+device = get_device()
+RUN_DIR = REPO_ROOT / "runs" / "03_dynamic_graphs_and_hooks"
+
+
+def expect_error(fn, error_type=RuntimeError):
+    """Run fn(), check it raises error_type, print the error's name and first sentence, return the error."""
+    try:
+        fn()
+    except error_type as err:
+        first = str(err).split(". ")[0].rstrip(".")
+        print(f"{type(err).__name__}: {first}.")
+        return err
+    raise AssertionError(f"expected {error_type.__name__}, nothing was raised")
+
+
+print("device:", device.type)
+
+# %% [markdown]
+# ## 1. The forward pass runs eagerly (正向传播立即执行)
+#
+# A PyTorch graph is made of two kinds of nodes: tensors and the functions that produced them; edges say which
+# function consumed which tensor. "Dynamic" has two meanings in the notes. The first: **every statement runs at
+# once** and adds its nodes to the graph as it goes. There is no separate "build the graph, then run it" phase:
+# `Y_hat` below holds numbers as soon as its line has run, before `loss` even exists.
+# (The notes print `loss.data`; `.data` is a legacy back door, see section 6. Use `.detach()` or `.item()`.)
+
+# %%
+w = torch.tensor([[3.0, 1.0]], requires_grad=True)
+b = torch.tensor([[3.0]], requires_grad=True)
+X = torch.randn(10, 2)
+Y = torch.randn(10, 1)
+
+Y_hat = X @ w.t() + b  # computed right now, not when `loss` is defined
+print("Y_hat[:3] =", fmt(Y_hat[:3].detach().flatten()))
+assert np.allclose(Y_hat.detach().numpy(), X.numpy() @ np.array([[3.0], [1.0]]) + 3.0, atol=1e-6)
+
+loss = torch.mean(torch.pow(Y_hat - Y, 2))
+print("loss =", f"{loss.item():.4f}")
+print("loss was made by", type(loss.grad_fn).__name__, "- the graph was recorded while computing")
+
+# %% [markdown]
+# Because the graph is recorded while ordinary Python runs, `if`/`while` decide **which** operations are recorded,
+# and the graph can be different on every call. Below, a loop doubles `y` until its norm reaches 10: a small input
+# loops more often, so its graph holds more multiplications, and the gradient `dz/dx = 2**k` tells how many.
+
+# %%
+def grow(x):
+    y, k = x, 0
+    while y.norm() < 10:  # data-dependent loop: a static graph could not express this directly
+        y = y * 2
+        k += 1
+    return y.sum(), k
+
+
+for start in (0.1, 3.0):
+    x = torch.tensor([start, start], requires_grad=True)
+    z, k = grow(x)
+    z.backward()
+    print(f"start={start}: {k} doublings recorded, dz/dx = {fmt(x.grad)}")
+    assert torch.equal(x.grad, torch.full((2,), 2.0**k))
+
+# %% [markdown]
+# ## 2. `grad_fn` chains and `next_functions`
+#
+# Every tensor produced by a differentiable operation remembers the node that will compute its gradient,
+# `tensor.grad_fn` (named after the operation: `MulBackward0`, `PowBackward0`, ...). Each node lists the nodes
+# of its inputs in `next_functions`, a tuple of `(node, output_number)` pairs, one per input; walking those
+# pairs from the loss reaches every tensor that needs a gradient. The walk stops at `AccumulateGrad` nodes, one per
+# leaf tensor that requires grad: they add the incoming gradient into that tensor's `.grad` (their `.variable` is
+# the tensor). An input that needs no gradient (a constant) shows up as `None`.
+#
+# The notes' example: `y1 = x + 1`, `y2 = 2 * x`, `loss = (y1 - y2) ** 2`. We print node names with
+# `type(fn).__name__` rather than `print(fn)`, whose repr contains a memory address.
+
+# %%
+def node_label(fn, names=None):
+    """A node's class name; for AccumulateGrad, also the name of the leaf tensor it fills."""
+    label = type(fn).__name__
+    if hasattr(fn, "variable") and names is not None:
+        label += f"({names.get(id(fn.variable), '?')})"
+    return label
+
+
+def print_chain(fn, names=None, indent=0):
+    """Print the backward graph below fn as an indented tree (a node reached twice is printed twice)."""
+    print("    " * indent + node_label(fn, names))
+    for child, _ in fn.next_functions:
+        if child is None:
+            print("    " * (indent + 1) + "None (input needs no gradient)")
+        else:
+            print_chain(child, names, indent + 1)
+
+
+x = torch.tensor(3.0, requires_grad=True)
+y1 = x + 1
+y2 = 2 * x
+loss = (y1 - y2) ** 2
+
+print_chain(loss.grad_fn, names={id(x): "x"})
+sub = loss.grad_fn.next_functions[0][0]
+add_node, mul_node = sub.next_functions[0][0], sub.next_functions[1][0]
+assert add_node is y1.grad_fn and mul_node is y2.grad_fn
+assert add_node.next_functions[0][0] is mul_node.next_functions[0][0]  # ONE AccumulateGrad node for x, reached twice
+assert add_node.next_functions[0][0].variable is x
+
+# %% [markdown]
+# `x` has a single `AccumulateGrad` node reached along two paths: that is how gradients from several uses of a
+# tensor are **summed**, the chain rule's sum over paths. The notes list the steps of `loss.backward()`:
+# the loss gets gradient 1; `PowBackward0` and `SubBackward0` turn it into gradients for `y1` and `y2`;
+# `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, and `AccumulateGrad` adds them:
+# $-4 \cdot 1 + 4 \cdot 2 = 4$.
+
+# %%
+loss.backward()
+print("x.grad =", fmt(x.grad))
+assert x.grad.item() == -4.0 * 1 + 4.0 * 2
+
+# %% [markdown]
+# ## 3. The graph is freed after `backward` (计算图在反向传播后立即销毁)
+#
+# Notebook 02 met this error; here we look at what exactly is freed. The second meaning of "dynamic": after
+# `backward()` (or `torch.autograd.grad`) the graph's **saved tensors**, the intermediate values a backward
+# function needs (here `PowBackward0` saved `y1 - y2`), are freed to save memory. A second `backward()` through
+# the same graph fails. Pass `retain_graph=True` to keep them; then each `backward()` adds into `.grad` once more
+# (gradients accumulate until you zero them).
+
+# %%
+expect_error(loss.backward)  # the loss from the previous section was already back-propagated once
+expect_error(lambda: loss.grad_fn._saved_self)  # the value PowBackward0 saved is gone
+
+x = torch.tensor(3.0, requires_grad=True)
+loss = ((x + 1) - 2 * x) ** 2
+loss.backward(retain_graph=True)  # keep the saved tensors for one more pass
+loss.backward()  # the second pass works, and frees them
+print("x.grad after two backward passes:", fmt(x.grad))
+assert x.grad.item() == 2 * 4.0  # 4 + 4: accumulated, not overwritten
+
+# %% [markdown]
+# Precisely, what is freed is the saved data, not the node objects: a graph whose nodes saved nothing
+# (additions and sums need no saved value) can even be back-propagated twice without `retain_graph`.
+# Do not rely on that; it is a detail of which operations save what. `torch.autograd.grad` frees the graph
+# in the same way as `backward`, and it *returns* gradients instead of adding them into `.grad`.
+
+# %%
+x = torch.tensor(3.0, requires_grad=True)
+s = (x + 1).sum()
+s.backward()
+s.backward()  # AddBackward0 and SumBackward0 saved no tensors: nothing was freed
+print("x.grad =", fmt(x.grad))
+assert x.grad.item() == 2.0
+
+x = torch.tensor(3.0, requires_grad=True)
+y = x**3
+(dy_dx,) = torch.autograd.grad(y, x, retain_graph=True)
+print("autograd.grad: dy/dx =", fmt(dy_dx), "| x.grad is still", x.grad)
+assert dy_dx.item() == 27.0 and x.grad is None
+(dy_dx_again,) = torch.autograd.grad(y, x)  # allowed once more thanks to retain_graph=True above
+assert dy_dx_again.item() == 27.0
+err = expect_error(lambda: torch.autograd.grad(y, x))  # now the saved x is gone
+
+# %% [markdown]
+# ## 4. Leaf and non-leaf tensors (叶子节点与非叶子节点), `retain_grad`
+#
+# A **leaf tensor** is one no recorded operation produced: you created it (for example a parameter). By
+# convention every tensor with `requires_grad=False` is also a leaf. After `backward()` only leaves that
+# require grad get their `.grad` filled; intermediate (non-leaf) results pass their gradient on and keep
+# nothing, which saves memory, since you almost always want the gradients of what you created.
+# (The notes say a leaf "must have `requires_grad=True`"; more precisely, that is the condition for a leaf
+# to *receive* a `.grad`.) Reading `.grad` of a non-leaf returns `None` and PyTorch warns about it.
+
+# %%
+x = torch.tensor(3.0, requires_grad=True)
+y1 = x + 1
+y2 = 2 * x
+loss = (y1 - y2) ** 2
+loss.backward()
+
+for name, t in {"x": x, "y1": y1, "y2": y2, "loss": loss, "constant": torch.ones(2)}.items():
+    print(f"{name:8s} is_leaf={t.is_leaf!s:5s} requires_grad={t.requires_grad}")
+with pytest.warns(UserWarning, match="not a leaf Tensor"):
+    assert y1.grad is None and loss.grad is None  # non-leaves keep no gradient
+assert x.grad.item() == 4.0
+assert torch.ones(2).is_leaf  # requires_grad=False: a leaf by convention
+
+# %% [markdown]
+# A classic trap: a conversion right after creation makes a **non-leaf**. `torch.randn(3, requires_grad=True).double()`
+# (or `.to("cuda")`) returns the result of an operation; the real leaf is the hidden float tensor, and your
+# variable never gets a `.grad`. Create the tensor with the right `dtype=`/`device=` instead.
+
+# %%
+bad = torch.randn(3, requires_grad=True).double()  # the leaf is the float32 tensor we did not keep
+good = torch.randn(3, dtype=torch.float64, device=device, requires_grad=True)
+(bad.sum() + good.sum()).backward()
+print("bad.is_leaf:", bad.is_leaf, "| good.is_leaf:", good.is_leaf, "| good.grad:", fmt(good.grad))
+with pytest.warns(UserWarning, match="not a leaf Tensor"):
+    assert bad.grad is None
+assert torch.equal(good.grad.cpu(), torch.ones(3, dtype=torch.float64))
+
+# %% [markdown]
+# To keep the gradient of an intermediate result, call `retain_grad()` on it **before** `backward()`.
+# Its `.grad` is then filled like a leaf's ($\partial\,loss/\partial\,y_1 = 2(y_1 - y_2) = -4$,
+# $\partial\,loss/\partial\,y_2 = 4$, $\partial\,loss/\partial\,loss = 1$).
+
+# %%
+x = torch.tensor(3.0, requires_grad=True)
+y1 = x + 1
+y2 = 2 * x
+loss = (y1 - y2) ** 2
+for t in (y1, y2, loss):
+    t.retain_grad()
+loss.backward()
+print("loss.grad =", fmt(loss.grad), "| y1.grad =", fmt(y1.grad), "| y2.grad =", fmt(y2.grad), "| x.grad =", fmt(x.grad))
+assert (loss.grad.item(), y1.grad.item(), y2.grad.item(), x.grad.item()) == (1.0, -4.0, 4.0, 4.0)
+assert y1.retains_grad and not y1.is_leaf
+
+# %% [markdown]
+# ## 5. Tensor hooks: `register_hook` (钩子)
+#
+# The notes' image of a hook: a plug-in hung on the main code, adding a feature without editing that code.
+# `tensor.register_hook(fn)` calls `fn(grad)` whenever the gradient with respect to that tensor is computed.
+# For debugging it is lighter than `retain_grad()`: it lets you *look* at a gradient without storing it.
+# The hooks fire in the order the backward pass reaches the tensors; the engine runs the most recently created
+# node first, so `y2`'s hook (created after `y1`) fires first, as in the notes' output.
+
+# %%
+x = torch.tensor(3.0, requires_grad=True)
+y1 = x + 1
+y2 = 2 * x
+loss = (y1 - y2) ** 2
+
+log = []
+h1 = y1.register_hook(lambda grad: log.append(("y1", grad.item())))
+h2 = y2.register_hook(lambda grad: log.append(("y2", grad.item())))
+loss.backward()
+for name, g in log:
+    print(f"{name} grad: {g:.1f}")
+assert log == [("y2", 4.0), ("y1", -4.0)]
+h1.remove()
+h2.remove()  # a handle removes its hook; forgotten hooks keep firing on every later backward
+
+# %% [markdown]
+# A hook that **returns** a tensor replaces the gradient that flows on. Here a hook on `y1` multiplies its
+# gradient by 3, so `x.grad = 3·(-4)·1 + 4·2 = -4` instead of 4. The same trick clips gradients per tensor,
+# or, on a leaf, changes what is accumulated into `.grad`.
+
+# %%
+x = torch.tensor(3.0, requires_grad=True)
+y1 = x + 1
+y2 = 2 * x
+loss = (y1 - y2) ** 2
+y1.register_hook(lambda grad: grad * 3)
+loss.backward()
+print("x.grad with y1's gradient tripled:", fmt(x.grad))
+assert x.grad.item() == 3 * -4.0 + 4.0 * 2
+
+w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+w.register_hook(lambda grad: grad.clamp(-1.0, 1.0))  # a leaf hook runs before AccumulateGrad
+(10 * w).sum().backward()
+print("w.grad with the clamp hook:", fmt(w.grad))
+assert torch.equal(w.grad, torch.ones(3))  # 10 was clamped to 1
+
+# %% [markdown]
+# ## 6. `requires_grad` propagation, `detach`, `no_grad` and `inference_mode`
+#
+# An operation's result requires grad as soon as **any** of its inputs does; only then is a `grad_fn` recorded.
+
+# %%
+a = torch.ones(2)
+p = torch.ones(2, requires_grad=True)
+for name, t in {"a * a": a * a, "a * p": a * p, "p * p": p * p}.items():
+    fn = type(t.grad_fn).__name__ if t.grad_fn is not None else None
+    print(f"{name}: requires_grad={t.requires_grad!s:5s} grad_fn={fn}")
+assert not (a * a).requires_grad and (a * p).requires_grad
+
+# %% [markdown]
+# Three ways to **stop** recording, and one that does not:
+#
+# - `t.detach()` returns a tensor that shares `t`'s storage (the notes stress this) but is cut from the graph:
+#   `requires_grad=False`, no `grad_fn`. Writing into one changes the other. For an independent copy use
+#   `t.detach().clone()` (or the notes' `t.clone().detach()`).
+# - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
+#   It also works as a decorator, `@torch.no_grad()`, on a whole function.
+# - `with torch.inference_mode():` goes further: its results are *inference tensors* that skip autograd's
+#   bookkeeping (they have no version counter) and can never enter a graph later.
+# - `model.eval()` is **not** one of them (the notes warn about it): it switches dropout/batch norm to evaluation
+#   behaviour, but the graph is still recorded.
+#
+# (And not `.data`, which the notes use for printing: notebook 02 showed that edits made through `.data` are
+# invisible to autograd and silently give wrong gradients. Use `.detach()`, or `.item()` for a number.)
+
+# %%
+p = torch.tensor([1.0, 2.0], requires_grad=True)
+q = p * 2
+d = q.detach()
+dc = q.detach().clone()
+print("detach: requires_grad", d.requires_grad, "| grad_fn", d.grad_fn, "| shares storage", d.data_ptr() == q.data_ptr())
+d[0] = 100.0  # writes into q's storage too
+print("q after writing d[0] = 100:", fmt(q.detach()), "| the clone kept", fmt(dc))
+assert q[0].item() == 100.0 and dc[0].item() == 2.0 and dc.data_ptr() != q.data_ptr()
+
+with torch.no_grad():
+    r = p * 2
+print("no_grad: requires_grad", r.requires_grad, "| is_leaf", r.is_leaf, "| grad_fn", r.grad_fn)
+assert not r.requires_grad and r.grad_fn is None
+
+
+@torch.no_grad()
+def evaluate(t):
+    return t * 2
+
+
+assert not evaluate(p).requires_grad and torch.is_grad_enabled()  # recording is back on after the call
+
+with torch.inference_mode():
+    t = p * 2
+print("inference_mode: is_inference", t.is_inference(), "| requires_grad", t.requires_grad)
+expect_error(lambda: t._version)
+expect_error(lambda: (t * p).sum().backward())  # an inference tensor cannot be saved for backward
+
+dropout_model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).to(device).eval()
+inp = torch.ones(1, 2, device=device)
+print("eval() output requires_grad:", dropout_model(inp).requires_grad)
+with torch.no_grad():
+    print("eval() + no_grad output requires_grad:", dropout_model(inp).requires_grad)
+assert dropout_model(inp).requires_grad
+
+# %% [markdown]
+# ## 7. `backward(gradient)` and splitting a backward pass in two
+#
+# A reminder from notebook 02: for a non-scalar output `y`, `y.backward(gradient=v)` (with `v` shaped like `y`)
+# computes the vector-Jacobian product $v^\top J$, the gradient of $\sum_i v_i y_i$. The notes' references on
+# "backward() 详解" are about this parameter, which PyTorch 1.x called `grad_variables`: the old name still works
+# in 2.x but is deprecated (a `FutureWarning`, asserted below) in favour of `grad_tensors`/`gradient`.
+
+# %%
+x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+y = x**2
+v = torch.tensor([1.0, 0.1, 0.01])
+y.backward(gradient=v)
+print("x.grad = v * 2x =", fmt(x.grad))
+assert torch.allclose(x.grad, v * 2 * x.detach())
+
+x.grad = None
+with pytest.warns(FutureWarning, match="grad_variables"):
+    torch.autograd.backward(x**2, grad_variables=v)  # the notes' PyTorch 1.x source: already deprecated there
+assert torch.allclose(x.grad, v * 2 * x.detach())
+
+# %% [markdown]
+# That is all it takes to **split one backward pass in two** (the notes' `step1/step2` example). Cut the graph
+# between two stages with `y.detach().requires_grad_()`: the second stage starts from a fresh leaf `y1`. Back-propagate
+# the second stage first; `y1.grad` is then exactly the gradient that must enter the first stage, so
+# `y.backward(y1.grad)` finishes the job. The result equals one end-to-end backward. This is what pipeline-parallel
+# training does when its stages live on different devices or processes.
+
+# %%
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+x = torch.tensor([3.0, 4.0])
+
+
+def step1(x):
+    return torch.matmul(w, x)
+
+
+def step2(x):
+    return torch.sum(x)
+
+
+step2(step1(x)).backward()  # end to end
+end_to_end = w.grad.clone()
+
+w.grad = None
+y = step1(x)
+y1 = y.detach().requires_grad_(True)  # a new leaf: the graph is cut here
+z = step2(y1)
+z.backward()  # stage 2 only: fills y1.grad
+y.backward(y1.grad)  # stage 1, fed with the gradient stage 2 produced
+print("end to end:", fmt(end_to_end), "| in two steps:", fmt(w.grad))
+assert torch.equal(w.grad, end_to_end) and torch.equal(w.grad, x)
+
+# %% [markdown]
+# The same with real layers: a linear layer + `tanh` as stage 1, a mean-squared-error loss as stage 2, and a
+# non-scalar cut `y` (a batch of 4×3 activations), so `y1.grad` is a full tensor, not just 1.
+
+# %%
+seed_everything(0)
+stage1 = nn.Sequential(nn.Linear(5, 3), nn.Tanh()).to(device)
+xb, target = torch.randn(4, 5, device=device), torch.randn(4, 3, device=device)
+
+F.mse_loss(stage1(xb), target).backward()
+reference = [p.grad.clone() for p in stage1.parameters()]
+stage1.zero_grad()
+
+y = stage1(xb)
+y1 = y.detach().requires_grad_()
+F.mse_loss(y1, target).backward()
+print("gradient passed between the stages:", tuple(y1.grad.shape))
+y.backward(y1.grad)
+same = all(torch.allclose(p.grad, ref, atol=1e-6) for p, ref in zip(stage1.parameters(), reference))
+print("two-step gradients equal the end-to-end ones:", same)
+assert same
+
+# %% [markdown]
+# ## 8. In-place operations that break autograd (原地操作)
+#
+# An in-place operation (`x.add_(1)`, `x[0] = ...`, `inplace=True`) overwrites a tensor's memory. Autograd allows it
+# only when no backward function still needs the old value. It keeps a **version counter** on every tensor
+# (`t._version`, bumped by each in-place write); each saved tensor remembers the version it was saved at, and
+# `backward` raises if they differ. Two errors you will meet:
+#
+# 1. writing in place into a **leaf that requires grad**: refused immediately (wrap manual weight updates in
+#    `torch.no_grad()`);
+# 2. overwriting a value that a backward function saved: refused at `backward` time.
+
+# %%
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+expect_error(lambda: w.add_(1))
+with torch.no_grad():
+    w.add_(1)  # fine: this is how an optimizer step updates parameters
+print("w after the no_grad update:", fmt(w.detach()))
+
+s = w.sigmoid()  # SigmoidBackward0 saves its output s
+print("version of s before:", s._version)
+s.mul_(2)
+print("version of s after s.mul_(2):", s._version)
+err = expect_error(lambda: s.sum().backward())
+assert "modified by an inplace operation" in str(err) and "is at version 1; expected version 0" in str(err)
+
+# %% [markdown]
+# The notes recommend `inplace=True` for ReLU to save memory, with the right condition: it is safe when the
+# overwritten tensor is not needed for backward. ReLU's derivative can be read from its *output*
+# (`output > 0`), and a linear layer saves its *inputs*, not its output, so Linear → ReLU(inplace) is safe and gives
+# the same gradients. Sigmoid saves its output, so Sigmoid → ReLU(inplace) destroys what sigmoid needs.
+
+# %%
+seed_everything(0)
+lin = nn.Linear(3, 3).to(device)
+xb = torch.randn(2, 3, device=device)
+
+F.relu(lin(xb)).sum().backward()
+ref = lin.weight.grad.clone()
+lin.zero_grad()
+F.relu(lin(xb), inplace=True).sum().backward()
+print("Linear -> ReLU(inplace): same gradient as out-of-place:", torch.allclose(lin.weight.grad, ref))
+assert torch.allclose(lin.weight.grad, ref)
+
+err = expect_error(lambda: F.relu(torch.sigmoid(lin(xb)), inplace=True).sum().backward())
+
+# %% [markdown]
+# ## 9. Module hooks and how `nn.Module.__call__` runs them
+#
+# `model(x)` does not call `forward` directly: it calls `nn.Module.__call__`, which runs hooks around `forward`.
+# The notes quote the PyTorch 1.6 source; today's `_call_impl` keeps the same order:
+#
+# 1. global forward pre-hooks, then the module's forward pre-hooks, `hook(module, args)`; a hook that returns
+#    something replaces the arguments;
+# 2. `forward(*args)`;
+# 3. global forward hooks, then the module's forward hooks, `hook(module, args, output)`; a hook that returns
+#    something replaces the output;
+# 4. if backward hooks exist, the inputs and outputs are wrapped so the hooks fire during `backward`.
+#
+# So calling `model.forward(x)` yourself **skips every hook**. Global hooks (registered with
+# `torch.nn.modules.module.register_module_forward_pre_hook` / `register_module_forward_hook`) fire for *every*
+# module in the program: always keep the handle and remove it, here in the same cell, in a `finally`.
+
+# %%
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+
+class Doubler(nn.Module):
+    def forward(self, x):
+        events.append("forward")
+        return 2 * x
+
+
+events = []
+m = Doubler()
+m.register_forward_pre_hook(lambda mod, args: events.append("pre-hook"))
+m.register_forward_hook(lambda mod, args, out: events.append("forward hook"))
+global_handles = [
+    register_module_forward_pre_hook(lambda mod, args: events.append("global pre-hook")),
+    register_module_forward_hook(lambda mod, args, out: events.append("global forward hook")),
+]
+try:
+    m(torch.ones(1))
+    print("m(x) runs:        ", events)
+    assert events == ["global pre-hook", "pre-hook", "forward", "global forward hook", "forward hook"]
+    events.clear()
+    m.forward(torch.ones(1))
+    print("m.forward(x) runs:", events)
+    assert events == ["forward"]
+    events.clear()
+    nn.Sequential(Doubler(), Doubler())(torch.ones(1))  # hooks registered on no module of this model
+    print("a Sequential of two Doublers: the global pre-hook fired", events.count("global pre-hook"), "times")
+    assert events.count("global pre-hook") == 3  # the Sequential and each child
+finally:
+    for handle in global_handles:
+        handle.remove()
+
+# %% [markdown]
+# Hooks that **return** a value change what flows through the module, without touching its code: here a pre-hook
+# scales the input by 10 and a forward hook adds 1 to the output, so `Doubler` returns `2·(10·x) + 1`.
+# Removing the handles restores the plain module.
+
+# %%
+events = []
+m = Doubler()
+pre = m.register_forward_pre_hook(lambda mod, args: (args[0] * 10,))
+post = m.register_forward_hook(lambda mod, args, out: out + 1)
+print("with hooks:   ", fmt(m(torch.tensor([1.0, 2.0]))))
+assert torch.equal(m(torch.tensor([1.0, 2.0])), torch.tensor([21.0, 41.0]))
+pre.remove()
+post.remove()
+print("hooks removed:", fmt(m(torch.tensor([1.0, 2.0]))))
+assert torch.equal(m(torch.tensor([1.0, 2.0])), torch.tensor([2.0, 4.0]))
+
+# %% [markdown]
+# **Backward hooks.** `register_full_backward_hook(hook)` calls `hook(module, grad_input, grad_output)` during
+# `backward`: `grad_output` holds the gradients with respect to the module's outputs, `grad_input` those with respect
+# to its **inputs** (not its parameters; use tensor hooks on parameters for those, section 10). For a linear layer
+# $y = xW^\top + b$, `grad_input = grad_output @ W`. Returning a tuple replaces `grad_input`.
+
+# %%
+seed_everything(0)
+layer = nn.Linear(3, 2).to(device)
+xb = torch.randn(4, 3, device=device, requires_grad=True)
+seen = {}
+
+
+def record(module, grad_input, grad_output):
+    seen["grad_input"], seen["grad_output"] = grad_input[0], grad_output[0]
+
+
+handle = layer.register_full_backward_hook(record)
+layer(xb).pow(2).sum().backward()
+handle.remove()
+print("grad_output:", tuple(seen["grad_output"].shape), "| grad_input:", tuple(seen["grad_input"].shape))
+assert torch.allclose(seen["grad_input"], seen["grad_output"] @ layer.weight.detach())
+assert torch.allclose(xb.grad, seen["grad_input"])
+
+xb.grad = None
+handle = layer.register_full_backward_hook(lambda mod, gin, gout: (torch.zeros_like(gin[0]),))
+layer(xb).pow(2).sum().backward()
+handle.remove()
+print("input gradient after a hook zeroed it:", float(xb.grad.abs().sum()))
+assert torch.count_nonzero(xb.grad) == 0
+
+# %% [markdown]
+# **The old `register_backward_hook` is wrong for modules made of several operations.** The notes list `register_backward_hook` and
+# quote the 1.6 code: it hangs the hook on the `grad_fn` of the module's *output*, i.e. on the **last operation**
+# inside `forward` only. For a module computing `linear(x).relu()`, its "grad_input" is the gradient entering
+# the ReLU (shape 3×2), not the gradient of the module's input (3×4). PyTorch now emits a `FutureWarning` when
+# that happens (asserted below) and says to use `register_full_backward_hook`, which gets it right.
+
+# %%
+class LinearReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.lin(x).relu()  # two autograd nodes: AddmmBackward0, then ReluBackward0
+
+
+shapes = {}
+new, old = LinearReLU().to(device), LinearReLU().to(device)
+new.register_full_backward_hook(lambda mod, gin, gout: shapes.__setitem__("full hook", tuple(gin[0].shape)))
+old.register_backward_hook(lambda mod, gin, gout: shapes.__setitem__("old hook", tuple(gin[0].shape)))
+xb = torch.randn(3, 4, device=device, requires_grad=True)
+new(xb).sum().backward()
+with pytest.warns(FutureWarning, match="non-full backward hook"):
+    out = old(xb)
+out.sum().backward()
+print("input shape:", tuple(xb.shape), "| grad_input shapes seen:", shapes)
+assert shapes == {"full hook": (3, 4), "old hook": (3, 2)}
+
+# %% [markdown]
+# ## 10. Practical uses of hooks
+#
+# **Printing shapes layer by layer.** One forward hook on every leaf module prints what goes in and out: the
+# quickest way to find where a shape goes wrong in a model you did not write. The hooks are removed afterwards.
+
+# %%
+seed_everything(0)
+cnn = nn.Sequential(
+    nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Flatten(), nn.Linear(16 * 7 * 7, 10),
+).to(device)
+
+
+def shape_printer(name):
+    def hook(module, args, output):
+        print(f"{name} {type(module).__name__:10s} {tuple(args[0].shape)!s:18} -> {tuple(output.shape)}")
+
+    return hook
+
+
+handles = [
+    module.register_forward_hook(shape_printer(name))
+    for name, module in cnn.named_modules()
+    if len(list(module.children())) == 0  # leaf modules only (not the Sequential itself)
+]
+images = torch.zeros(4, 1, 28, 28, device=device)
+images[:, :, 6:22, 12:16] = 1.0  # a vertical bar
+images[:, :, 12:16, 6:22] = 1.0  # and a horizontal one: a plus sign
+logits = cnn(images)
+for h in handles:
+    h.remove()
+assert logits.shape == (4, 10) and len(handles) == 8
+
+# %% [markdown]
+# **Capturing activations.** A forward hook can store a layer's output for later inspection (feature maps,
+# dead-ReLU statistics, features for another model). Store `output.detach()`: during a forward pass that records
+# a graph, the output carries a `grad_fn`, and keeping it would keep the whole graph behind it alive. Below we
+# capture both ReLUs, count how many units are exactly zero, and look at the eight feature maps of the first one
+# for our plus-sign image.
+
+# %%
+activations, carried = {}, {}
+
+
+def save_activation(name):
+    def hook(module, args, output):
+        carried[name] = type(output.grad_fn).__name__  # what storing `output` itself would keep alive
+        activations[name] = output.detach()
+
+    return hook
+
+
+handles = [cnn[i].register_forward_hook(save_activation(name)) for i, name in ((1, "relu1"), (4, "relu2"))]
+cnn(images)
+for h in handles:
+    h.remove()
+for name, act in activations.items():
+    print(f"{name}: output carried {carried[name]}; stored shape {tuple(act.shape)}, "
+          f"fraction of zeros {(act == 0).float().mean().item():.3f}")
+assert activations["relu1"].shape == (4, 8, 28, 28) and activations["relu2"].shape == (4, 16, 14, 14)
+assert not activations["relu1"].requires_grad and (activations["relu1"] >= 0).all()
+
+plot_image_grid(activations["relu1"][0].unsqueeze(1), titles=[f"channel {c}" for c in range(8)], ncols=8)
+plt.show()
+
+# %% [markdown]
+# **Gradient-norm monitoring.** A tensor hook on each parameter sees that parameter's gradient on every backward
+# pass, so it can log gradient norms per layer while training with no change to the training loop: this is how
+# tools that watch for vanishing or exploding gradients work. We train the same small regression MLP twice, with a
+# reasonable learning rate (0.1) and with one too large (0.5), and let the hooks log. Each step also checks that the
+# hooks' norms give the same total norm that `torch.nn.utils.get_total_norm` computes from the `.grad`s (the number
+# `clip_grad_norm_` clips against).
+
+# %%
+def train_with_grad_monitor(lr, steps=20):
+    """Train a fresh MLP with SGD while parameter hooks log every gradient norm.
+
+    Returns (gradient norms per parameter, total gradient norm per step, loss per step).
+    """
+    seed_everything(0)
+    mlp = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
+    xs = torch.rand(64, 2, device=device) * 2 - 1
+    ys = (xs[:, :1] * xs[:, 1:]) * 3  # a product of the inputs: the hidden layer is needed
+    norms = {name: [] for name, _ in mlp.named_parameters()}
+    handles = [
+        p.register_hook(lambda grad, name=name: norms[name].append(grad.norm().item()))
+        for name, p in mlp.named_parameters()
+    ]
+    optimizer = torch.optim.SGD(mlp.parameters(), lr=lr)
+    totals, losses = [], []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = F.mse_loss(mlp(xs), ys)
+        loss.backward()  # the hooks fire in here
+        totals.append(sum(n[-1] ** 2 for n in norms.values()) ** 0.5)
+        expected = torch.nn.utils.get_total_norm([p.grad for p in mlp.parameters()]).item()
+        assert abs(totals[-1] - expected) <= 1e-4 * expected
+        optimizer.step()
+        losses.append(loss.item())
+    for h in handles:
+        h.remove()
+    return norms, totals, losses
+
+
+runs = {lr: train_with_grad_monitor(lr) for lr in (0.1, 0.5)}
+for lr, (norms, totals, losses) in runs.items():
+    assert all(len(v) == 20 for v in norms.values())
+    print(f"lr={lr}: logged {len(totals)} steps x {len(norms)} parameters | loss went down: {losses[-1] < losses[0]}"
+          f" | gradient norm ever above 1000: {max(totals) > 1e3}")
+assert runs[0.1][2][-1] < runs[0.1][2][0] and max(runs[0.1][1]) < 1.0  # stable
+assert runs[0.5][1][-1] > 1e6  # exploding gradients, caught by the hooks
+plot_curves({f"lr={lr}": totals for lr, (_, totals, _) in runs.items()}, xlabel="step",
+            ylabel="total gradient norm", title="Gradient norms logged by parameter hooks", logy=True)
+plt.show()
+
+# %% [markdown]
+# ## 11. The model graph in TensorBoard
+#
+# The notes export a model's graph with `SummaryWriter.add_graph`. That method runs the model once under
+# `torch.jit.trace` and logs the traced **forward** graph (which operations, in which modules). In PyTorch 2.14
+# `torch.jit.trace` is deprecated in favour of `torch.compile`/`torch.export`, so `add_graph` emits
+# `FutureWarning`s; the cell asserts them with `pytest.warns` rather than hiding them. (Note that this is not the
+# autograd graph of `grad_fn` nodes: that one exists only after a forward pass with gradients, and is drawn in
+# section 12.)
+#
+# We write into `runs/03_dynamic_graphs_and_hooks/graph` and read the event file back with TensorBoard's own reader
+# to prove it holds a graph.
+
+# %%
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
+
+from utils.tb import read_events
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()  # the notes' super(Net, self).__init__() is the Python 2 spelling
+        self.w = nn.Parameter(torch.randn(2, 1))
+        self.b = nn.Parameter(torch.zeros(1, 1))
+
+    def forward(self, x):
+        return x @ self.w + self.b
+
+
+seed_everything(0)
+net = Net().to(device)
+graph_dir = RUN_DIR / "graph"
+shutil.rmtree(graph_dir, ignore_errors=True)  # one event file per run
+writer = SummaryWriter(str(graph_dir))
+with pytest.warns(FutureWarning, match=r"jit\.trace"):
+    writer.add_graph(net, input_to_model=torch.rand(10, 2, device=device))
+writer.close()
+
+summary = read_events(graph_dir)
+print("event file written to", relpath(graph_dir), "with a graph of", summary.graph_nodes, "nodes")
+assert summary.graph_nodes > 0
+acc = EventAccumulator(str(graph_dir))
+acc.Reload()
+ops = sorted({node.op for node in acc.Graph().node})
+print("operations in the graph:", ops)
+assert {"aten::matmul", "aten::add"} <= set(ops)
+
+# %% [markdown]
+# To look at it, run these two lines in a notebook cell in JupyterLab (they start a TensorBoard server, so this
+# notebook does not run them during its tests); the graph is under the **Graphs** tab:
+#
+# ```python
+# %load_ext tensorboard
+# %tensorboard --logdir ../runs/03_dynamic_graphs_and_hooks
+# ```
+#
+# (The notes' `from tensorboard import notebook; notebook.start("--logdir ...")` does the same; from a terminal,
+# `tensorboard --logdir runs/03_dynamic_graphs_and_hooks`.)
+
+# %% [markdown]
+# ## 12. A picture of the `grad_fn` graph
+#
+# Finally we draw the backward graph itself, from a two-layer MLP's loss: walk `next_functions` from
+# `loss.grad_fn`, place each node one row below the deepest node that points to it, and draw an arrow along
+# each edge, in the direction gradients flow. `AccumulateGrad` boxes are labelled with the parameter they fill.
+# Things to notice: `AddmmBackward0` is the fused `x @ W.T + b` of `nn.Linear`, `TBackward0` the transpose of
+# `W`, and the two `None` inputs are the data `xb` and the target `yb`, which need no gradient.
+
+# %%
+def backward_graph(root):
+    """Nodes below root in topological order (every node before the nodes it points to) and the edges."""
+    order, edges, seen = [], [], set()
+
+    def visit(fn):
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        for child, _ in fn.next_functions:
+            if child is not None:
+                edges.append((fn, child))
+                visit(child)
+        order.append(fn)
+
+    visit(root)
+    return order[::-1], edges
+
+
+seed_everything(0)
+mlp2 = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)).to(device)
+xb, yb = torch.randn(5, 3, device=device), torch.randn(5, 1, device=device)
+loss = F.mse_loss(mlp2(xb), yb)
+param_names = {id(p): name for name, p in mlp2.named_parameters()}
+
+nodes, edges = backward_graph(loss.grad_fn)
+row = {id(loss.grad_fn): 0}
+for fn in nodes:  # topological order: a node's row is final before its children are placed
+    for child, _ in fn.next_functions:
+        if child is not None:
+            row[id(child)] = max(row.get(id(child), 0), row[id(fn)] + 1)
+print_chain(loss.grad_fn, names=param_names)
+
+labels = {id(fn): node_label(fn, param_names) for fn in nodes}
+node_types = {type(fn).__name__ for fn in nodes}
+assert node_types == {"MseLossBackward0", "AddmmBackward0", "ReluBackward0", "TBackward0", "AccumulateGrad"}
+assert sorted(labels[id(fn)] for fn in nodes if hasattr(fn, "variable")) == [
+    "AccumulateGrad(0.bias)", "AccumulateGrad(0.weight)", "AccumulateGrad(2.bias)", "AccumulateGrad(2.weight)"
+]
+assert len(nodes) == 10 and len(edges) == 9 and max(row.values()) == 5
+
+fig, ax = plt.subplots(figsize=(9, 5.5))
+pos = {}
+n_rows = max(row.values()) + 1
+for r in range(n_rows):
+    in_row = [fn for fn in nodes if row[id(fn)] == r]
+    for i, fn in enumerate(in_row):
+        pos[id(fn)] = ((i + 1) / (len(in_row) + 1), 1 - (r + 0.5) / n_rows)  # row 0 (the loss) on top
+for parent, child in edges:
+    ax.annotate("", xy=pos[id(child)], xytext=pos[id(parent)],
+                arrowprops=dict(arrowstyle="-|>", color="gray", shrinkA=14, shrinkB=14))
+for fn in nodes:
+    leaf = hasattr(fn, "variable")
+    ax.text(*pos[id(fn)], labels[id(fn)], ha="center", va="center", fontsize=8,
+            bbox=dict(boxstyle="round", facecolor="#cde8c9" if leaf else "#dbe5f4", edgecolor="gray"))
+ax.set_title("Backward graph of F.mse_loss(mlp(x), y), walked from loss.grad_fn")
+ax.set(xlim=(0, 1), ylim=(0, 1))
+ax.axis("off")
+plt.show()
+
+# %% [markdown]
+# ## Summary
+#
+# - The forward pass runs eagerly and records a graph on the fly; Python `if`/`while` decide what is recorded.
+# - `backward()` and `torch.autograd.grad` free the saved tensors; a second pass needs `retain_graph=True`, and
+#   gradients add up in `.grad` until you zero them.
+# - Each result's `grad_fn` links to its inputs' nodes through `next_functions`, down to one `AccumulateGrad` per leaf.
+# - Only leaves that require grad keep `.grad`; `retain_grad()` keeps an intermediate one; `.double()`/`.to()` after
+#   creation makes a non-leaf.
+# - `tensor.register_hook` observes or replaces a gradient; always keep the handle and remove it.
+# - `detach()` shares storage, `no_grad` records nothing, `inference_mode` makes tensors that never enter a graph,
+#   `eval()` stops nothing; avoid `.data`, its changes are invisible to autograd.
+# - `y.backward(v)` computes $v^\top J$, which lets a backward pass be split at `y.detach().requires_grad_()`.
+# - In-place writes are checked with version counters: refused on leaves that require grad and on saved values.
+# - `nn.Module.__call__` runs global and module pre-hooks, `forward`, then forward hooks; use
+#   `register_full_backward_hook` (not the old `register_backward_hook`). Hooks print shapes, capture activations
+#   and monitor gradient norms without touching the model's code.
+# - `SummaryWriter.add_graph` logs the traced forward graph (through the deprecated `torch.jit.trace`); the autograd
+#   graph itself can be walked and drawn from `grad_fn`.
