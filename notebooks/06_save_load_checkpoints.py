@@ -1,0 +1,1023 @@
+# %% [markdown]
+# # 06 · Saving, loading and checkpoints (保存和加载模型)
+#
+# **What you learn.** What a `state_dict` (状态字典) holds for a model and for an optimizer; how to save
+# and load weights the recommended way, and why pickling a whole model breaks; why `torch.load` is
+# only safe with `weights_only=True` (the default since PyTorch 2.6) and what `safetensors` adds;
+# how to write a *full* training checkpoint (检查点) and resume a run so that it ends **bit-identical**
+# to a run that was never interrupted; how to make checkpoints survive a crash in the middle of a
+# save; warm-starting (热启动) a different model; loading across devices with `map_location`; the
+# `module.` prefix of `DataParallel`/DDP; and exporting a model for deployment, from the notes'
+# TorchScript to `torch.export`.
+#
+# **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
+# scheduler (the earlier notebooks).
+#
+# **Run time.** About 20 s on a 2-core CPU (one thread; up to 35 s on a busy machine), most of it
+# spent importing PyTorch, in `torch.export`, and in a child Python process that we kill on purpose.
+#
+# **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would
+# happen instead); checkpoints then also hold the CUDA random states, and the resume demonstration
+# runs on the GPU.
+#
+# The crash-proof helpers built here live in `utils/checkpoint.py`; notebooks 07–09 use them too.
+
+# %%
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import pickle
+import pickletools
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import warnings
+import zipfile
+from collections import OrderedDict
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, load_model, save_file, save_model
+from torch import nn
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+from utils import REPO_ROOT, get_device, relpath, seed_everything
+from utils.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+
+seed_everything(0)
+device = get_device()
+RUN_DIR = REPO_ROOT / "runs" / "06_save_load_checkpoints"
+shutil.rmtree(RUN_DIR, ignore_errors=True)  # every run starts from an empty folder
+RUN_DIR.mkdir(parents=True)
+
+
+def short(text) -> str:
+    """Error messages name files by absolute path: print them relative to the repository."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text))  # torch colours parts of some messages
+    return text.replace(str(REPO_ROOT) + os.sep, "")
+
+
+def first_line(err: BaseException) -> str:
+    return short(str(err).strip().splitlines()[0])
+
+
+print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| files go to", relpath(RUN_DIR))
+
+# %% [markdown]
+# ## 1. What a `state_dict` is
+#
+# Three functions do all the work (the notes list them first):
+#
+# * `torch.save(obj, path)` serialises an object with Python's `pickle` into a zip file;
+# * `torch.load(path)` unpickles it again;
+# * `module.load_state_dict(sd)` copies a dictionary of tensors into a model's parameters.
+#
+# A model's `state_dict` maps each parameter (参数) and **buffer** (缓冲区) name to its tensor, in
+# registration order; layers without parameters (`MaxPool2d`, `ReLU`) have no entries. An
+# optimizer's `state_dict` has two parts: `state` (per-parameter tensors such as SGD's momentum
+# buffer, empty before the first step) and `param_groups` (hyper-parameters). The notes' printout
+# shows `params` as long numbers (Python object ids in PyTorch 1.x); today they are the positions
+# `0, 1, 2, …` of the parameters, so a saved optimizer state fits any new model built the same way.
+# Here is the notes' `TheModelClass`:
+
+# %%
+class TheModelClass(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+model = TheModelClass()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+
+print("Model's state_dict:")
+for name, tensor in model.state_dict().items():
+    print(f"  {name:<13} {tuple(tensor.shape)}")
+print("Optimizer's state_dict:")
+for key, value in optimizer.state_dict().items():
+    print(f"  {key:<13} {value}")
+
+assert optimizer.state_dict()["param_groups"][0]["params"] == list(range(10))
+assert not any(name.startswith("pool") for name in model.state_dict())  # no parameters, no entry
+
+# %% [markdown]
+# After one optimizer step the `state` part fills up: SGD with momentum keeps one momentum buffer per
+# parameter, Adam keeps two (`exp_avg`, `exp_avg_sq`). That is why the notes say a training
+# checkpoint is "two to three times the size of the model": measured on the bytes `torch.save` writes.
+
+# %%
+def saved_size(obj) -> int:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getbuffer().nbytes
+
+
+images = torch.randn(4, 3, 32, 32)
+for make_optimizer in (lambda p: torch.optim.SGD(p, lr=0.001, momentum=0.9), lambda p: torch.optim.Adam(p)):
+    net = TheModelClass()
+    opt = make_optimizer(net.parameters())
+    net(images).sum().backward()
+    opt.step()
+    ratio = saved_size({"model": net.state_dict(), "optimizer": opt.state_dict()}) / saved_size(net.state_dict())
+    print(f"{type(opt).__name__:<4} per-parameter state {sorted(opt.state_dict()['state'][0])} "
+          f"-> checkpoint / weights = {ratio:.1f}x")
+    assert 1.9 < ratio < 3.1
+
+# %% [markdown]
+# ### Buffers: saved state that is not trained
+#
+# `BatchNorm` keeps running statistics (`running_mean`, `running_var`, and a counter
+# `num_batches_tracked`) as buffers: they are not parameters (no gradient), but a model evaluated
+# without them gives different answers, so they are in the `state_dict`. Your own module can register
+# buffers too; `persistent=False` keeps one out of the `state_dict` (for a cache you can recompute).
+#
+# Beware: a `state_dict` holds **references** to the live tensors, not copies. Keeping
+# `best = model.state_dict()` in memory and training on silently changes `best`; clone the tensors.
+
+# %%
+class Normalized(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.bn = nn.BatchNorm1d(4)
+        self.register_buffer("scale", torch.tensor(2.0))  # saved with the weights
+        self.register_buffer("cache", torch.zeros(4), persistent=False)  # not saved
+
+    def forward(self, x):
+        return self.bn(self.fc(x)) * self.scale
+
+
+norm = Normalized()
+params = dict(norm.named_parameters())
+for name, tensor in norm.state_dict().items():
+    print(f"{name:<22} {'parameter' if name in params else 'buffer':<9} {tuple(tensor.shape)}")
+assert "cache" in dict(norm.named_buffers()) and "cache" not in norm.state_dict()
+
+live = norm.state_dict()
+snapshot = {name: tensor.clone() for name, tensor in live.items()}
+with torch.no_grad():
+    norm.fc.weight.add_(1.0)  # "training goes on"
+print("plain state_dict still equals the live weight:", torch.equal(live["fc.weight"], norm.fc.weight))
+print("cloned snapshot still equals the live weight: ", torch.equal(snapshot["fc.weight"], norm.fc.weight))
+assert live["fc.weight"].data_ptr() == norm.fc.weight.data_ptr()
+assert not torch.equal(snapshot["fc.weight"], norm.fc.weight)
+
+# %% [markdown]
+# ## 2. Save and load the `state_dict` (recommended)
+#
+# Save only the `state_dict`; to load, **build the model from its class first**, then copy the
+# weights in. The conventional extensions are `.pt` or `.pth`. `load_state_dict` returns the keys that
+# did not match (none here). A freshly built model is in training mode: call `model.eval()` before
+# using it, or dropout stays active and BatchNorm normalises with the current batch instead of the
+# running statistics it just loaded; worse, every training-mode forward pass *updates* those
+# statistics, so even a "quick check" damages what you loaded. The file is a zip archive: a small pickle (`data.pkl`) that
+# describes the dictionary and one raw-bytes record per tensor.
+
+# %%
+class SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(10, 32)
+        self.bn = nn.BatchNorm1d(32)
+        self.drop = nn.Dropout(0.2)
+        self.fc2 = nn.Linear(32, 2)
+
+    def forward(self, x):
+        return self.fc2(self.drop(F.relu(self.bn(self.fc1(x)))))
+
+
+seed_everything(0)
+small = SmallNet()
+small_opt = torch.optim.SGD(small.parameters(), lr=0.1)
+for _ in range(5):  # a little training moves the weights and the BatchNorm statistics
+    x = torch.randn(16, 10)
+    loss = F.cross_entropy(small(x), (x[:, 0] > 0).long())
+    small_opt.zero_grad()
+    loss.backward()
+    small_opt.step()
+small.eval()
+
+weights_path = RUN_DIR / "small.pt"
+torch.save(small.state_dict(), weights_path)
+with zipfile.ZipFile(weights_path) as zf:
+    print("inside", relpath(weights_path), ":", [name.split("/", 1)[1] for name in zf.namelist()][:6], "...")
+
+restored = SmallNet()
+print("load_state_dict ->", restored.load_state_dict(torch.load(weights_path)))
+probe = torch.randn(8, 10)
+print("a fresh model is in training mode:", restored.training)
+same_in_train_mode = torch.equal(restored(probe), small(probe))
+print("  same outputs as the saved model:", same_in_train_mode)
+stats_changed = not torch.equal(restored.bn.running_mean, small.bn.running_mean)
+print("  and that forward pass changed the loaded BatchNorm statistics:", stats_changed)
+restored.load_state_dict(torch.load(weights_path))
+restored.eval()
+print("reloaded, then eval(): same outputs:", torch.equal(restored(probe), small(probe)))
+assert restored.training is False and not same_in_train_mode and stats_changed
+assert torch.equal(restored(probe), small(probe))
+
+# %% [markdown]
+# ## 3. Saving the whole model, and why it breaks
+#
+# `torch.save(model, path)` also works, but pickle does **not** store the class's code: it stores a
+# *reference*, the module path and the class name (`__main__ SmallNet` below), plus the object's
+# attributes. Loading imports that module and looks the name up again. Rename the class, move the file,
+# or load from another project and the lookup fails: this is the notes' "cannot load, reason unclear"
+# (`ModuleNotFoundError: No module named 'network'` in their link). Since PyTorch 2.6, `torch.load`
+# also refuses such a file by default, because running arbitrary classes is exactly what
+# `weights_only=True` forbids (next section); a file you made yourself may be loaded with
+# `weights_only=False`.
+
+# %%
+whole_path = RUN_DIR / "small_whole.pt"
+torch.save(small, whole_path)
+with zipfile.ZipFile(whole_path) as zf:
+    pkl = zf.read(next(name for name in zf.namelist() if name.endswith("data.pkl")))
+globals_in_file = [arg for op, arg, _ in pickletools.genops(pkl) if op.name == "GLOBAL"]
+print("classes and functions the pickle refers to:", globals_in_file[:4], "...")
+assert "__main__ SmallNet" in globals_in_file
+
+refused = False
+try:
+    torch.load(whole_path)
+except pickle.UnpicklingError as err:
+    reason = next(line for line in str(err).splitlines() if "WeightsUnpickler" in line)
+    print("default torch.load ->", type(err).__name__, ":", reason.strip().split(" was not")[0])
+    refused = True
+
+same = torch.load(whole_path, weights_only=False)  # acceptable only because we wrote this file
+print("weights_only=False on our own file:", type(same).__name__, torch.equal(same(probe), small(probe)))
+assert refused and torch.equal(same(probe), small(probe))
+
+renamed_failed = False
+RenamedNet = SmallNet  # a refactoring renames the class...
+del SmallNet
+try:
+    torch.load(whole_path, weights_only=False)
+except AttributeError as err:
+    print("after renaming the class ->", type(err).__name__, ":", re.sub(r" from '[^']*'", "", str(err)))
+    renamed_failed = True
+SmallNet = RenamedNet  # put it back for the rest of the notebook
+assert renamed_failed
+
+# %% [markdown]
+# ## 4. `torch.load` runs code: `weights_only=True`
+#
+# Unpickling is a small program: the `GLOBAL` instruction imports any function, `REDUCE` calls it
+# with arguments from the file. An object's `__reduce__` method decides what is written, so a
+# "checkpoint" downloaded from the internet can run any code on `torch.load` with
+# `weights_only=False` (the default before PyTorch 2.6, and what the notes' `torch.load(PATH)` did).
+#
+# We build such a file, harmlessly: its payload would call `open(marker, "w")`, creating an empty
+# marker file in a temporary folder. We **do not** load it with `weights_only=False`; reading its
+# instructions with `pickletools` is proof enough of what that would do. `weights_only=True` uses an
+# unpickler that accepts only an allow-list (tensors, storages, dicts, lists, numbers, strings...):
+# it refuses the file before calling anything, and the marker does not appear.
+
+# %%
+class Booby:
+    """Unpickling this object would call open(marker, "w"): harmless, but it proves code ran."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (io.open, (self.marker, "w"))  # io.open is the built-in open()
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    marker = os.path.join(tmp, "code_ran.txt")
+    evil_path = os.path.join(tmp, "innocent_weights.pt")
+    torch.save({"weight": torch.zeros(2), "bonus": Booby(marker)}, evil_path)
+
+    with zipfile.ZipFile(evil_path) as zf:
+        pkl = zf.read(next(name for name in zf.namelist() if name.endswith("data.pkl")))
+    ops = [(op.name, arg) for op, arg, _ in pickletools.genops(pkl)]
+    print("imports in the file:", [arg for name, arg in ops if name == "GLOBAL"])
+    print("calls (REDUCE) in the file:", sum(name == "REDUCE" for name, _ in ops))
+
+    refused = False
+    try:
+        torch.load(evil_path)  # weights_only=True is the default
+    except pickle.UnpicklingError as err:
+        refused = True
+        print(type(err).__name__, ":", first_line(err))
+        detail = next(line for line in str(err).splitlines() if "WeightsUnpickler" in line)
+        print("   ", detail.strip().split(" Please")[0])
+    print("marker file created:", os.path.exists(marker))
+    assert refused and not os.path.exists(marker)
+    assert ("GLOBAL", "io open") in ops
+
+# %% [markdown]
+# The message offers two ways out. `weights_only=False` means "I trust this file completely": never
+# for files from others. For a **trusted custom type** in your own checkpoints, allow exactly that
+# class with `torch.serialization.add_safe_globals([...])` (process-wide) or the
+# `torch.serialization.safe_globals([...])` context manager (just for one load). Better still, store
+# plain data: `dataclasses.asdict(config)` needs no allow-list at all.
+
+# %%
+@dataclasses.dataclass
+class TrainConfig:
+    lr: float = 0.1
+    batch_size: int = 32
+
+
+config_path = RUN_DIR / "with_config.pt"
+torch.save({"weights": small.state_dict(), "config": TrainConfig()}, config_path)
+refused = False
+try:
+    torch.load(config_path)
+except pickle.UnpicklingError as err:
+    refused = True
+    print("default ->", type(err).__name__, "(TrainConfig is not on the allow-list)")
+with torch.serialization.safe_globals([TrainConfig]):
+    print("with safe_globals([TrainConfig]) ->", torch.load(config_path)["config"])
+
+torch.save({"weights": small.state_dict(), "config": dataclasses.asdict(TrainConfig())}, config_path)
+plain = torch.load(config_path)["config"]
+print("stored as a plain dict ->", plain, "->", TrainConfig(**plain))
+assert refused and TrainConfig(**plain) == TrainConfig()
+
+# %% [markdown]
+# ### `safetensors`: a format with no code in it
+#
+# To *share* weights, the `safetensors` format (Hugging Face) is safe by construction: 8 bytes giving
+# the header length, a JSON header (name → dtype, shape, byte range, plus optional string
+# metadata), then raw tensor bytes. There is nothing to execute, and it can be memory-mapped. Two
+# limits: it stores only tensors (metadata must be strings), and it refuses tensors that share memory
+# (tied weights) in `save_file`; `save_model`/`load_model` handle those.
+
+# %%
+st_path = RUN_DIR / "small.safetensors"
+save_file(small.state_dict(), st_path, metadata={"epoch": "5"})
+raw = st_path.read_bytes()
+header_len = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8 : 8 + header_len])
+print("metadata:", header.pop("__metadata__"))
+for name, info in header.items():
+    print(f"  {name:<22} {info['dtype']} {info['shape']}")
+loaded = load_file(st_path)
+assert all(torch.equal(loaded[k], v) for k, v in small.state_dict().items())
+
+
+class TiedLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(20, 8)
+        self.out = nn.Linear(8, 20, bias=False)
+        self.out.weight = self.embed.weight  # one tensor, two names
+
+
+tied = TiedLM()
+refused = False
+try:
+    save_file(tied.state_dict(), RUN_DIR / "tied.safetensors")
+except RuntimeError as err:
+    refused = True
+    print("save_file with tied weights ->", type(err).__name__, ":", first_line(err).split(":")[0])
+save_model(tied, RUN_DIR / "tied.safetensors")
+tied_again = TiedLM()
+load_model(tied_again, RUN_DIR / "tied.safetensors")
+print("save_model/load_model keep the tie:", tied_again.out.weight is tied_again.embed.weight,
+      torch.equal(tied_again.out.weight, tied.embed.weight))
+assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
+
+# %% [markdown]
+# ## 5. A training checkpoint
+#
+# To *continue* training, weights are not enough. The notes save a dictionary with the epoch, the
+# model and optimizer `state_dict`s and the last loss, and use the `.tar` extension by convention
+# (any name works: the file is a zip either way). Loading builds the model and optimizer first, then
+# restores both. Here is that recipe on a small classifier, with a toy data set:
+
+# %%
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+data_gen = torch.Generator().manual_seed(42)
+X_ALL = torch.randn(256, 10, generator=data_gen)
+Y_ALL = (X_ALL[:, 0] + 0.5 * X_ALL[:, 1] > 0).long()
+BATCH, STEPS_PER_EPOCH, EPOCHS = 32, 256 // 32, 3
+
+seed_everything(0)
+clf = Classifier()
+clf_opt = torch.optim.SGD(clf.parameters(), lr=0.1, momentum=0.9)
+loss = F.cross_entropy(clf(X_ALL[:BATCH]), Y_ALL[:BATCH])
+clf_opt.zero_grad()
+loss.backward()
+clf_opt.step()
+
+notes_path = RUN_DIR / "notes_style.tar"
+torch.save({"epoch": 0, "model_state_dict": clf.state_dict(),
+            "optimizer_state_dict": clf_opt.state_dict(), "loss": loss.item()}, notes_path)
+
+clf2 = Classifier()
+clf2_opt = torch.optim.SGD(clf2.parameters(), lr=0.1, momentum=0.9)
+checkpoint = torch.load(notes_path)
+clf2.load_state_dict(checkpoint["model_state_dict"])
+clf2_opt.load_state_dict(checkpoint["optimizer_state_dict"])
+epoch, last_loss = checkpoint["epoch"], checkpoint["loss"]
+clf2.train()  # or .eval() to evaluate
+print("keys:", sorted(checkpoint), "| epoch", epoch, "| loss", f"{last_loss:.2f}")
+assert torch.equal(clf2_opt.state_dict()["state"][0]["momentum_buffer"],
+                   clf_opt.state_dict()["state"][0]["momentum_buffer"])
+
+# %% [markdown]
+# ### What the notes' recipe misses
+#
+# Resuming gives *exactly* the run you would have had only if every piece of state that influences
+# the next steps comes back:
+#
+# | state | why it matters |
+# |---|---|
+# | model `state_dict` | weights and BatchNorm statistics |
+# | optimizer `state_dict` | momentum / Adam moments; without them the next steps are different |
+# | LR scheduler `state_dict` | where in the schedule you are |
+# | `GradScaler` `state_dict` | the current loss scale of mixed precision (notebook 07) |
+# | epoch **and step** | where to continue, also in the middle of an epoch |
+# | random states: Python, NumPy, torch CPU and CUDA | dropout masks, random augmentation, sampling |
+# | position in the data | which batch comes next |
+#
+# The last row is solved by design rather than by saving: derive each epoch's shuffle from a
+# generator seeded with the epoch number, so any step's batch can be recomputed.
+#
+# `utils/checkpoint.py` packs all of it: `save_checkpoint(folder, model=, optimizer=, scheduler=,
+# scaler=, epoch=, step=, extra=, keep_last=)` writes `checkpoint_<step>.pt` and
+# `load_checkpoint(folder_or_file, model=, ...)` restores everything. Its files hold only tensors and
+# plain values, so it loads them with `weights_only=True`. Let's first train 24 steps without
+# interruption, as the reference.
+
+# %%
+def batch_at(step: int):
+    """The batch of a global step: the shuffle depends only on the epoch, never on earlier draws."""
+    epoch, i = divmod(step, STEPS_PER_EPOCH)
+    order = torch.randperm(len(X_ALL), generator=torch.Generator().manual_seed(1000 + epoch))
+    idx = order[i * BATCH : (i + 1) * BATCH]
+    return X_ALL[idx].to(device), Y_ALL[idx].to(device)
+
+
+def make_run(seed: int = 0):
+    torch.manual_seed(seed)
+    model = Classifier().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)  # halves the LR every epoch
+    scaler = torch.amp.GradScaler(device.type)  # mixed precision comes in notebook 07; here only its state
+    return model, opt, sched, scaler
+
+
+class SimulatedCrash(Exception):
+    pass
+
+
+def train(run, start: int, stop: int, *, ckpt_dir=None, save_every: int = 4, crash_at: int | None = None):
+    model, opt, sched, scaler = run
+    model.train()
+    for step in range(start, stop):
+        if step == crash_at:
+            raise SimulatedCrash(f"the process dies before step {step}")
+        x, y = batch_at(step)
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        if (step + 1) % STEPS_PER_EPOCH == 0:
+            sched.step()
+        if ckpt_dir is not None and (step + 1) % save_every == 0:
+            save_checkpoint(ckpt_dir, model=model, optimizer=opt, scheduler=sched, scaler=scaler,
+                            epoch=(step + 1) // STEPS_PER_EPOCH, step=step + 1,
+                            extra={"loss": loss.item()}, keep_last=2)
+    return loss.item()
+
+
+TOTAL = EPOCHS * STEPS_PER_EPOCH
+reference = make_run()
+final_loss = train(reference, 0, TOTAL)
+print(f"reference run: {TOTAL} steps, final loss below 0.5: {final_loss < 0.5}")
+assert final_loss < 0.5
+
+# %% [markdown]
+# Now the same run, saving every 4 steps and keeping the last 2 files, dies before step 14. Then a
+# "new process" builds fresh objects (with another seed and scrambled random states, as a restart
+# would have) and resumes from the newest checkpoint: step 12, in the middle of epoch 1.
+
+# %%
+ckpt_dir = RUN_DIR / "resume"
+run = make_run()
+try:
+    train(run, 0, TOTAL, ckpt_dir=ckpt_dir, crash_at=14)
+except SimulatedCrash as err:
+    print("crash:", err)
+del run
+print("checkpoints on disk:", [p.name for p in list_checkpoints(ckpt_dir)])
+
+resumed = make_run(seed=123)
+torch.manual_seed(999)
+model, opt, sched, scaler = resumed
+info = load_checkpoint(ckpt_dir, model=model, optimizer=opt, scheduler=sched, scaler=scaler)
+print(f"loaded {info.path.name}: epoch {info.epoch}, step {info.step}, lr {sched.get_last_lr()[0]:.3f}")
+train(resumed, info.step, TOTAL, ckpt_dir=ckpt_dir)  # and keeps saving
+print("checkpoints on disk now:", [p.name for p in list_checkpoints(ckpt_dir)])
+
+identical = all(torch.equal(a, b) for a, b in zip(reference[0].state_dict().values(), model.state_dict().values()))
+print("resumed run is bit-identical to the reference:", identical)
+if device.type == "cpu":
+    assert identical
+else:  # GPU kernels may reorder sums unless deterministic algorithms are enforced
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(reference[0].parameters(), model.parameters()))
+
+# %% [markdown]
+# Is every piece really needed? Two controls resume from the same kind of file (the resumed run kept
+# saving; `keep_last=2` left steps 20 and 24) but each drops one piece: without the random states the
+# dropout masks differ; with a fresh optimizer the momentum is lost. Both end somewhere else.
+
+# %%
+def resume_variant(*, restore_rng: bool, with_optimizer: bool) -> float:
+    variant = make_run(seed=123)
+    torch.manual_seed(999)
+    m, o, s, sc = variant
+    start = load_checkpoint(ckpt_dir / "checkpoint_00000020.pt", model=m, optimizer=o if with_optimizer else None,
+                            scheduler=s, scaler=sc, restore_rng=restore_rng).step
+    train(variant, start, TOTAL)
+    return max((a - b).abs().max().item() for a, b in zip(reference[0].parameters(), m.parameters()))
+
+
+no_rng = resume_variant(restore_rng=False, with_optimizer=True)
+no_opt = resume_variant(restore_rng=True, with_optimizer=False)
+print("without RNG states: weights differ from the reference:", no_rng > 0)
+print("without optimizer state: weights differ from the reference:", no_opt > 0)
+assert no_rng > 1e-4 and no_opt > 1e-4
+
+# %% [markdown]
+# ## 6. Crash-proof saving
+#
+# A plain `torch.save(ckpt, "checkpoint.pt")` writes the file in place: if the process dies halfway
+# (out of memory, a cluster job killed at its time limit, a power cut) the file under the final name is
+# truncated and the previous good checkpoint has already been overwritten. `save_checkpoint` avoids
+# this with the classic recipe:
+#
+# 1. write to a temporary file **in the same folder** (so the rename stays on one file system);
+# 2. `flush()` and `os.fsync()` so that the bytes are on disk, not only in the OS cache;
+# 3. `os.replace(tmp, final)`: an atomic rename, so readers see the old file or the new one, never half;
+# 4. `fsync` the folder so that the rename itself survives a power cut;
+# 5. only then delete checkpoints older than the last `keep_last`.
+#
+# On loading, `load_checkpoint` verifies the zip's CRC-32 checksums (plain `torch.load` does not
+# check them) and turns any failure into a `CheckpointError` naming the file. Here is what a
+# plain in-place save leaves when it dies mid-write (we write half of a real file under the next
+# name), and how `fallback=True` recovers:
+
+# %%
+good = list_checkpoints(ckpt_dir)[-1]
+torn = ckpt_dir / "checkpoint_00000028.pt"
+torn.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # what an interrupted in-place write leaves
+try:
+    load_checkpoint(ckpt_dir, model=Classifier())
+except CheckpointError as err:
+    print(type(err).__name__, "(a ValueError):", short(err))
+info = load_checkpoint(ckpt_dir, model=Classifier(), fallback=True)
+print("fallback=True loaded", info.path.name, "| skipped", [p.name for p, _ in info.skipped])
+assert info.path == good and info.skipped[0][0] == torn
+torn.unlink()
+
+# %% [markdown]
+# Truncation is the easy case. A flipped bit inside a tensor's bytes (a bad disk, a broken copy) is
+# worse: `torch.load` does not verify the checksums that the zip format stores, so it returns a
+# silently different weight. `load_checkpoint` checks them first:
+
+# %%
+flip_dir = RUN_DIR / "bitflip"
+flip_model = Classifier()
+flip_path = save_checkpoint(flip_dir, model=flip_model, step=1)
+data = bytearray(flip_path.read_bytes())
+where = data.find(flip_model.net[0].weight.detach().cpu().numpy().tobytes())
+data[where + 2] ^= 0x40  # one bit in the third byte of the first weight
+flip_path.write_bytes(bytes(data))
+
+silently = torch.load(flip_path)["model"]["net.0.weight"]
+print("torch.load: loads without complaint; first weight changed:",
+      not torch.equal(silently, flip_model.net[0].weight.detach().cpu()))
+try:
+    load_checkpoint(flip_path, model=Classifier())
+    caught = False
+except CheckpointError as err:
+    caught = True
+    print("load_checkpoint:", short(err))
+assert where > 0 and caught and not torch.equal(silently, flip_model.net[0].weight.detach().cpu())
+
+# %% [markdown]
+# An exception in the middle of `save_checkpoint` (here `torch.save` is patched to write half the bytes
+# and then fail, like a full disk) leaves the older checkpoints untouched and no temporary file:
+
+# %%
+real_save = torch.save
+
+
+def half_then_disk_full(obj, f, *args, **kwargs):
+    buffer = io.BytesIO()
+    real_save(obj, buffer, *args, **kwargs)
+    f.write(buffer.getvalue()[: buffer.getbuffer().nbytes // 2])
+    raise OSError(28, "No space left on device (simulated)")
+
+
+before = sorted(p.name for p in ckpt_dir.iterdir())
+with mock.patch.object(torch, "save", half_then_disk_full):
+    try:
+        save_checkpoint(ckpt_dir, model=model, optimizer=opt, step=TOTAL + 4, keep_last=2)
+    except OSError as err:
+        print("save failed:", err.strerror)
+after = sorted(p.name for p in ckpt_dir.iterdir())
+print("files before:", before)
+print("files after: ", after)
+print("newest still loads: step", load_checkpoint(ckpt_dir, model=Classifier()).step)
+assert before == after
+
+# %% [markdown]
+# An exception still runs `except`/`finally` blocks. A process killed with `SIGKILL` (what the
+# kernel's out-of-memory killer or a scheduler does) runs nothing at all. So we start a real child
+# Python process that saves step 1, then dies by `SIGKILL` halfway through writing step 2:
+
+# %%
+CHILD = r"""
+import io, os, signal, sys
+import torch
+from torch import nn
+from utils.checkpoint import save_checkpoint
+
+folder = sys.argv[1]
+torch.manual_seed(0)
+model = nn.Linear(4, 2)
+save_checkpoint(folder, model=model, step=1)
+real_save = torch.save
+
+def dies_halfway(obj, f, *args, **kwargs):
+    buffer = io.BytesIO()
+    real_save(obj, buffer, *args, **kwargs)
+    f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+    f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # nothing after this line runs, no finally block either
+
+torch.save = dies_halfway
+save_checkpoint(folder, model=model, step=2)
+print("never printed")
+"""
+killed_dir = RUN_DIR / "killed"
+if hasattr(signal, "SIGKILL"):
+    child = subprocess.run([sys.executable, "-c", CHILD, str(killed_dir)], cwd=REPO_ROOT,
+                           capture_output=True, text=True, timeout=300)
+    leftovers = sorted(re.sub(r"\.pt\.\w+\.tmp$", ".pt.<random>.tmp", p.name) for p in killed_dir.iterdir())
+    print("child exit code:", child.returncode, "(killed by signal", -child.returncode, "= SIGKILL)")
+    print("folder after the kill:", leftovers)
+    info = load_checkpoint(killed_dir, model=nn.Linear(4, 2))
+    print("load_checkpoint ignores the temporary file and loads step", info.step)
+    assert child.returncode == -signal.SIGKILL and "never printed" not in child.stdout and info.step == 1
+else:  # Windows has no SIGKILL
+    print("child exit code: -9 on Linux/macOS; this platform has no SIGKILL, so the demonstration is skipped")
+
+# %% [markdown]
+# The hidden `.tmp` file is what a hard kill can leave behind: harmless (no loader looks at it) and
+# safe to delete. The final name never holds half a file.
+#
+# ## 7. Several models in one file, warm starts and renamed keys
+#
+# An encoder–decoder (or a GAN's generator and discriminator) is saved like a checkpoint: one
+# dictionary with one `state_dict` per model and per optimizer. With `save_checkpoint` you can
+# instead group the models in an `nn.ModuleDict`, whose `state_dict` prefixes each key with the
+# model's name.
+
+# %%
+encoder, decoder = nn.Linear(10, 4), nn.Linear(4, 10)
+enc_opt = torch.optim.Adam(encoder.parameters())
+dec_opt = torch.optim.Adam(decoder.parameters())
+pair_path = RUN_DIR / "encoder_decoder.tar"
+torch.save({"encoder": encoder.state_dict(), "decoder": decoder.state_dict(),
+            "encoder_opt": enc_opt.state_dict(), "decoder_opt": dec_opt.state_dict()}, pair_path)
+both = torch.load(pair_path)
+encoder2, decoder2 = nn.Linear(10, 4), nn.Linear(4, 10)
+encoder2.load_state_dict(both["encoder"])
+decoder2.load_state_dict(both["decoder"])
+print("one file, keys:", sorted(both))
+
+autoencoder = nn.ModuleDict({"encoder": encoder, "decoder": decoder})
+path = save_checkpoint(RUN_DIR / "autoencoder", model=autoencoder, step=0)
+print("ModuleDict keys in", path.name, ":", list(torch.load(path)["model"]))
+assert torch.equal(encoder2.weight, encoder.weight) and torch.equal(decoder2.bias, decoder.bias)
+
+# %% [markdown]
+# **Warm-starting** reuses weights of a model trained for another task: same backbone, new head.
+# `load_state_dict(sd, strict=False)` tolerates *missing* and *unexpected* keys and returns them so you
+# can check them, but it does **not** tolerate a key whose shape changed: the 2-class head cannot go
+# into a 5-class head. Keep only the entries whose shapes fit, then read the report.
+
+# %%
+def classifier(num_classes: int) -> nn.Sequential:
+    return nn.Sequential(OrderedDict(features=nn.Sequential(nn.Linear(10, 32), nn.ReLU()),
+                                     head=nn.Linear(32, num_classes)))
+
+
+pretrained = classifier(2).state_dict()
+new_model = classifier(5)
+refused = False
+try:
+    new_model.load_state_dict(pretrained, strict=False)
+except RuntimeError as err:
+    refused = True
+    print("strict=False with a changed shape ->", type(err).__name__, ":",
+          next(line.strip() for line in str(err).splitlines() if "size mismatch" in line))
+
+target = new_model.state_dict()
+fitting = {k: v for k, v in pretrained.items() if k in target and v.shape == target[k].shape}
+report = new_model.load_state_dict(fitting, strict=False)
+print("missing keys:", report.missing_keys, "| unexpected keys:", report.unexpected_keys)
+assert refused and report.missing_keys == ["head.weight", "head.bias"]
+assert torch.equal(new_model.features[0].weight, pretrained["features.0.weight"])
+
+# %% [markdown]
+# When a layer was **renamed** (say the old code called the backbone `backbone`), rename the keys so
+# they fit, as the notes suggest ("modify the keys and values of the loaded dictionary"). Replace the
+# prefix only at the *start* of a key (`str.removeprefix`), never anywhere inside it.
+
+# %%
+old_style = {k.replace("features.", "backbone.", 1): v for k, v in pretrained.items()}
+print("old checkpoint keys:", list(old_style))
+renamed = {("features." + k.removeprefix("backbone.") if k.startswith("backbone.") else k): v
+           for k, v in old_style.items()}
+fresh = classifier(2)
+print("after renaming:", fresh.load_state_dict(renamed))
+assert torch.equal(fresh.head.bias, pretrained["head.bias"])
+
+# %% [markdown]
+# ## 8. Across devices: `map_location`
+#
+# Every tensor in the file carries a tag naming the device it was saved from (`'cpu'`, `'cuda:1'`,
+# ...). By default `torch.load` recreates each
+# tensor on that device, which fails on a machine without that GPU. `map_location` redirects them:
+#
+# * GPU → CPU: `map_location="cpu"` (or `torch.device("cpu")`; the notes' `lambda storage, loc: storage`
+#   does the same);
+# * CPU → GPU: `map_location="cuda:0"` (clearer than the notes' `lambda storage, loc: storage.cuda(1)`),
+#   or load on the CPU and call `model.to(device)` (a module moves in place, but a tensor's `.to()`
+#   returns a copy: write `x = x.to(device)`, as the notes remind);
+# * GPU → another GPU: a dictionary, `map_location={"cuda:1": "cuda:0"}`.
+#
+# This machine has no GPU, so we *forge* a file that says `cuda:1` (we patch the function that
+# writes the device tag) to see the error a CPU-only user gets and the fixes. `load_checkpoint`
+# uses `map_location="cpu"` by default: `load_state_dict` then copies the values onto whatever device
+# the model is on, and in DDP no rank piles tensors onto GPU 0 (the notes' DDP section warns about
+# exactly this).
+
+# %%
+forged = RUN_DIR / "from_gpu1.pt"
+with mock.patch.object(torch.serialization, "location_tag", lambda storage: "cuda:1"):
+    torch.save({"w": torch.arange(3.0)}, forged)
+
+seen = []
+torch.load(forged, map_location=lambda storage, location: seen.append(location) or storage)
+print("device tag stored in the file:", seen)
+
+try:
+    torch.load(forged)
+    outcome = "loaded"
+except RuntimeError as err:
+    outcome = "RuntimeError"
+    print("no map_location ->", type(err).__name__, ":", first_line(err)[:75], "...")
+assert outcome == ("loaded" if torch.cuda.device_count() >= 2 else "RuntimeError")
+
+for where in ("cpu", torch.device("cpu"), {"cuda:1": "cpu"}, lambda storage, location: storage):
+    label = "lambda storage, loc: storage" if callable(where) else repr(where)
+    w = torch.load(forged, map_location=where)["w"]
+    print(f"map_location={label:<30} -> {w.device.type}, {w.tolist()}")
+    assert w.device.type == "cpu"
+
+# %%
+if device.type == "cuda":
+    to_gpu0 = torch.load(forged, map_location={"cuda:1": "cuda:0"})["w"]
+    print("map_location={'cuda:1': 'cuda:0'} ->", to_gpu0.device)
+    cpu_to_gpu = torch.load(weights_path, map_location="cuda:0")
+    print("CPU checkpoint with map_location='cuda:0' ->", cpu_to_gpu["fc1.weight"].device)
+    assert to_gpu0.device.index == 0 and cpu_to_gpu["fc1.weight"].is_cuda
+else:
+    print("no CUDA here: on a GPU machine map_location={'cuda:1': 'cuda:0'} puts the tensors on cuda:0, "
+          "and map_location='cuda:0' moves a CPU checkpoint onto the GPU")
+
+# the notes' reminder, shown with a dtype change (it works the same for devices):
+# tensor.to(...) returns a new tensor, module.to(...) converts the module in place
+t = torch.zeros(2)
+t.to(torch.float64)
+layer = nn.Linear(2, 2)
+returned = layer.to(torch.float64)
+print("tensor after t.to(float64):", t.dtype, "| module after layer.to(float64):", layer.weight.dtype,
+      "| returned the same module:", returned is layer)
+assert t.dtype == torch.float32 and layer.weight.dtype == torch.float64 and returned is layer
+
+# %% [markdown]
+# ### The `module.` prefix of `DataParallel` and DDP
+#
+# `nn.DataParallel(model)` and `DistributedDataParallel(model)` store your model as their attribute
+# `module`, so their `state_dict` keys start with `module.` and do not fit the bare model. (Prefer
+# DDP, notebook 08, over `DataParallel` even on one machine.) The notes strip the prefix with
+# `k[7:]` or `k.replace('module.', '')`; both can break: slicing cuts 7 characters even from keys
+# that have no prefix, and `replace` also rewrites `module.` *inside* a name (a sub-module called
+# `submodule`). PyTorch has a helper that strips it only at the start, in place:
+# `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present`. Best of all, save
+# `model.module.state_dict()` in the first place, which is what `save_checkpoint` does.
+
+# %%
+class WithSubmodule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.submodule = nn.Linear(3, 3)
+
+
+bare = WithSubmodule()
+wrapped = nn.DataParallel(bare)  # on a CPU-only machine it simply calls the module
+wrapped_sd = wrapped.state_dict()
+print("DataParallel keys:", list(wrapped_sd))
+try:
+    WithSubmodule().load_state_dict(wrapped_sd)
+except RuntimeError as err:
+    print("loading into the bare model ->", type(err).__name__, ":", first_line(err))
+
+replaced = [k.replace("module.", "") for k in wrapped_sd]
+sliced = [k[7:] for k in bare.state_dict()]
+print("notes' k.replace('module.', ''):", replaced)
+print("notes' k[7:] on keys without prefix:", sliced)
+assert replaced == ["subweight", "subbias"] and sliced == ["le.weight", "le.bias"]
+
+fixed = OrderedDict(wrapped_sd)
+consume_prefix_in_state_dict_if_present(fixed, "module.")
+print("consume_prefix_in_state_dict_if_present:", list(fixed), WithSubmodule().load_state_dict(fixed))
+print("save_checkpoint stores keys:", list(torch.load(save_checkpoint(RUN_DIR / "dp", model=wrapped, step=0))["model"]))
+assert list(fixed) == list(bare.state_dict())
+
+# %% [markdown]
+# ### A historical note: `UnicodeDecodeError` and `encoding="latin1"`
+#
+# The notes record `UnicodeDecodeError: 'ascii' codec can't decode byte 0xc3` when loading a model
+# saved under **Python 2**. Python 2's `str` was a byte string; Python 3's unpickler must turn it into
+# text and by default assumes ASCII. We can reproduce it with a two-byte Python-2-style pickle (the
+# UTF-8 bytes of "é" stored as an old byte string). `encoding="latin1"` maps each byte to one
+# character (right for NumPy arrays and raw buffers, mojibake for text), `encoding="bytes"` keeps
+# bytes. `torch.load` accepts the option itself and hands it to the unpickler, so there is no need to
+# patch `pickle` as the notes did. Such extra pickle options are meant for `weights_only=False`
+# (PyTorch warns when they are combined with the safe default), so an old Python 2 file is loaded
+# with `torch.load(path, weights_only=False, encoding="latin1")`, and only if you trust it. You will
+# only meet this with checkpoints from before 2020.
+
+# %%
+py2_pickle = b"\x80\x02U\x02\xc3\xa9q\x00."  # protocol 2, SHORT_BINSTRING of 2 bytes
+try:
+    pickle.loads(py2_pickle)
+except UnicodeDecodeError as err:
+    print(type(err).__name__, ":", err)
+print("encoding='latin1' ->", repr(pickle.loads(py2_pickle, encoding="latin1")),
+      "| encoding='bytes' ->", pickle.loads(py2_pickle, encoding="bytes"))
+with pytest.warns(UserWarning, match="only works if `weights_only=False`"):
+    torch.load(weights_path, encoding="latin1")
+with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no warning with weights_only=False (our own, trusted file)
+    trusted_old = torch.load(weights_path, weights_only=False, encoding="latin1")
+print("torch.load(..., weights_only=False, encoding='latin1') on a trusted file: loaded",
+      len(trusted_old), "tensors")
+assert torch.equal(trusted_old["fc2.bias"], small.fc2.bias)
+
+# %% [markdown]
+# ## 9. Exporting for deployment: from TorchScript to `torch.export`
+#
+# To run a model without its Python code (in C++, on a server, on a phone) you save a *graph* of its
+# operations rather than weights. The notes teach TorchScript: `torch.jit.trace(model, example)` runs
+# the model once and records the operations that happened; `torch.jit.script(model)` compiles the
+# Python source. In PyTorch 2.14 **all of TorchScript is deprecated** (`trace`, `script`, `jit.load`
+# warn with `FutureWarning`) in favour of `torch.export`, so we do not use `torch.jit.script` at all,
+# and call `trace` once, inside `pytest.warns`, only to see its classic flaw.
+#
+# Tracing records *one* path. The notes' `MyDecisionGate` returns `x` or `-x` depending on the sign of
+# `x.sum()`; traced with a positive example, the `if` is evaluated once in Python and disappears from
+# the graph: the traced model returns `x` for every input. PyTorch even says so with a `TracerWarning`
+# ("Converting a tensor to a Python boolean might cause the trace to be incorrect").
+
+# %%
+class MyDecisionGate(nn.Module):
+    def forward(self, x):
+        return x if x.sum() > 0 else -x
+
+
+gate = MyDecisionGate()
+with pytest.warns(FutureWarning, match=r"jit\.trace"), \
+        pytest.warns(torch.jit.TracerWarning, match="Python boolean") as tracer_warnings:
+    traced_gate = torch.jit.trace(gate, torch.ones(3))
+tracer_message = next(str(w.message) for w in tracer_warnings if w.category is torch.jit.TracerWarning)
+print("TracerWarning:", tracer_message.split(". ")[0])
+print("traced code:", " ".join(traced_gate.code.split()))
+
+negative = -torch.ones(3)
+print("eager  gate(-1) =", gate(negative).tolist())
+print("traced gate(-1) =", traced_gate(negative).tolist())
+assert not torch.equal(traced_gate(negative), gate(negative))
+
+# %% [markdown]
+# `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a graph, but it
+# **refuses** data-dependent Python control flow instead of silently baking in one branch, and it
+# records which dimensions may vary: here the batch dimension, declared with `torch.export.Dim`.
+# `torch.export.save` writes a `.pt2` file and `torch.export.load` reads it back as an
+# `ExportedProgram`; `.module()` turns that into a callable. Its outputs match eager PyTorch for
+# batch sizes it never saw.
+
+# %%
+seed_everything(0)
+deploy = nn.Sequential(nn.Linear(10, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 2)).eval()
+batch = torch.export.Dim("batch", min=1, max=1024)
+exported = torch.export.export(deploy, (torch.randn(4, 10),), dynamic_shapes=({0: batch},))
+pt2_path = RUN_DIR / "deploy.pt2"
+torch.export.save(exported, pt2_path)
+reloaded = torch.export.load(pt2_path).module()
+print("operations in the graph:",
+      [str(node.target) for node in exported.graph.nodes if node.op == "call_function"])
+for n in (1, 3, 17):
+    x = torch.randn(n, 10)
+    with torch.no_grad():
+        same = torch.allclose(reloaded(x), deploy(x), rtol=1e-6, atol=1e-6)
+    print(f"batch {n:>2}: .pt2 output equals eager: {same}")
+    assert same
+
+# %% [markdown]
+# The decision gate cannot be exported as written: the exporter stops with a
+# `GuardOnDataDependentSymNode` error ("could not guard on data-dependent expression"). Its
+# verbose diagnostics go to stderr, which we capture. The fix is to put the branch *into* the graph
+# with `torch.cond(predicate, true_fn, false_fn, operands)`; then both branches survive the round
+# trip through a `.pt2` file.
+
+# %%
+captured = io.StringIO()
+with contextlib.redirect_stderr(captured):
+    try:
+        torch.export.export(gate, (torch.ones(3),))
+        export_error = None
+    except Exception as err:  # noqa: BLE001 - the exporter's error type is what we show
+        export_error = err
+print("exporting the Python if ->", type(export_error).__name__, ":", first_line(export_error)[:53], "...")
+assert export_error is not None and "data-dependent" in str(export_error)
+
+
+class CondGate(nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: t.clone(), lambda t: -t, (x,))
+
+
+torch.export.save(torch.export.export(CondGate(), (torch.ones(3),)), RUN_DIR / "gate.pt2")
+gate_pt2 = torch.export.load(RUN_DIR / "gate.pt2").module()
+for x in (torch.ones(3), negative):
+    print(f"x = {x.tolist()}: eager {gate(x).tolist()}, exported {gate_pt2(x).tolist()}")
+    assert torch.equal(gate_pt2(x), gate(x))
+
+# %% [markdown]
+# ## Summary
+#
+# * A `state_dict` is an ordered dictionary of parameters **and persistent buffers** (BatchNorm's
+#   statistics); an optimizer's has `state` (momentum, Adam moments) and `param_groups`. It holds
+#   references: clone it to keep a snapshot.
+# * Save `model.state_dict()`, rebuild the model from its class, `load_state_dict`, then `eval()`.
+#   Pickling the whole model stores only a *reference* to its class and breaks when code moves.
+# * `torch.load` unpickles, and unpickling can run code. Keep the default `weights_only=True`; allow a
+#   trusted custom class with `torch.serialization.safe_globals`/`add_safe_globals`, or store plain
+#   data. Share weights as `safetensors`.
+# * A resumable checkpoint holds model, optimizer, scheduler, `GradScaler`, epoch and step, and the
+#   Python/NumPy/torch(/CUDA) random states; with a data order derived from the epoch, the resumed run
+#   is **bit-identical** to an uninterrupted one on the CPU. Dropping the RNG or optimizer state breaks
+#   that.
+# * `utils.checkpoint.save_checkpoint` writes atomically (temp file, `fsync`, `os.replace`, folder
+#   `fsync`) and keeps the last N; `load_checkpoint` verifies checksums, raises `CheckpointError`
+#   naming a damaged file, and can fall back to the previous checkpoint.
+# * `strict=False` reports missing/unexpected keys but not shape changes; rename keys only at their
+#   start; strip `module.` with `consume_prefix_in_state_dict_if_present` (or never save it).
+# * `map_location` ("cpu", "cuda:0", or `{"cuda:1": "cuda:0"}`) decides where loaded tensors live.
+# * TorchScript (`jit.trace`, `jit.script`) is deprecated; tracing silently drops data-dependent
+#   branches. Use `torch.export` (with `Dim` for dynamic shapes and `torch.cond` for branches) and
+#   `.pt2` files.
