@@ -289,3 +289,23 @@ def test_bad_path_and_load_arguments(tmp_path):
         load_checkpoint(path, model=None)
     with pytest.raises(NotADirectoryError):
         list_checkpoints(path)
+
+
+def test_atomic_torch_save_round_trip_and_failure(tmp_path, monkeypatch):
+    from utils.checkpoint import atomic_torch_save
+
+    target = atomic_torch_save({"x": torch.arange(3)}, tmp_path / "sub" / "obj.pt")
+    assert torch.equal(torch.load(target, weights_only=True)["x"], torch.arange(3))
+
+    def broken_save(obj, f, *args, **kwargs):
+        f.write(b"half")
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_torch_save({"x": torch.zeros(3)}, target)
+    monkeypatch.undo()
+    assert torch.equal(torch.load(target, weights_only=True)["x"], torch.arange(3))
+    assert sorted(p.name for p in target.parent.iterdir()) == ["obj.pt"]
+    with pytest.raises(TypeError, match="target"):
+        atomic_torch_save({}, 3)  # type: ignore[arg-type]

@@ -55,6 +55,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "CheckpointError",
     "LoadedCheckpoint",
+    "atomic_torch_save",
     "checkpoint_name",
     "latest_checkpoint",
     "list_checkpoints",
@@ -281,8 +282,14 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _atomic_torch_save(obj: Any, target: Path) -> None:
-    """``torch.save(obj, target)`` such that ``target`` is never seen half-written."""
+def atomic_torch_save(obj: Any, target: str | os.PathLike[str]) -> Path:
+    """``torch.save(obj, target)`` such that ``target`` is never seen half-written.
+
+    The bytes go to a temporary file in the same folder, are flushed and fsync'ed, and then
+    ``os.replace`` puts the file under its final name in one step (the folder is fsync'ed too).
+    An exception (or a crash) leaves the previous file untouched. Returns the target path.
+    """
+    target = _as_path(target, "target")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
@@ -304,6 +311,7 @@ def _atomic_torch_save(obj: Any, target: Path) -> None:
         if not crc_was_on:
             torch.serialization.set_crc32_options(False)
     _fsync_dir(target.parent)
+    return target
 
 
 def save_checkpoint(
@@ -375,7 +383,7 @@ def save_checkpoint(
         "rng": rng_state_dict(),
         "extra": extra_dict,
     }
-    _atomic_torch_save(payload, target)
+    atomic_torch_save(payload, target)
 
     if folder_mode and keep_last is not None:
         for old in list_checkpoints(target.parent)[:-keep_last]:

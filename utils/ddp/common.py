@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from utils.checkpoint import atomic_torch_save
 from utils.device import get_device
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -116,16 +117,8 @@ def report(message: str) -> None:
 
 
 def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
-    """``torch.save`` to a temporary file beside ``path``, then ``os.replace``: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    """``torch.save`` that never leaves a half-written file (see ``utils.checkpoint.atomic_torch_save``)."""
+    return atomic_torch_save(obj, path)
 
 
 def save_result(out_dir: str | os.PathLike[str] | None, obj: dict) -> None:
