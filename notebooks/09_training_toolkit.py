@@ -1124,8 +1124,10 @@ for batch_size in (32, 128):
         rates[batch_size, workers] = epoch2
         print(f"{batch_size:10}  {workers:11}  {epoch1:16.0f}  {epoch2:7.0f}")
         del loader
+# The exact ratio depends on the machine and its load (benchmarks/dataloader_throughput.py measures it side by
+# side); that overlapping waits make two workers faster at all is what this cell checks.
 for batch_size in (32, 128):
-    assert rates[batch_size, 2] > 1.3 * rates[batch_size, 0]
+    assert rates[batch_size, 2] > rates[batch_size, 0]
 
 # %% [markdown]
 # Which processes loaded the samples over three epochs? Without `persistent_workers` every epoch starts fresh
@@ -1235,20 +1237,35 @@ with torch.no_grad():
 print(f"first call {first:.1f} s ({compile_cpu:.1f} s CPU in this process; the C++ compiler runs in child "
       f"processes) | later calls {later * 1e3:.1f} ms | eager {eager * 1e3:.1f} ms ({eager / later:.1f}x slower)")
 assert first > 20 * later  # the first call pays for the compilation
-assert later < eager  # the fused kernel is faster (about 4x on one CPU thread when measured)
+# Whether the fused code is also faster than eager depends on the CPU and on what else runs: measured here it was
+# 1.0x to 4x, so that is not asserted; the next cell checks the fusion itself.
 torch.testing.assert_close(out_compiled, out_eager, atol=1e-5, rtol=1e-5)
 
 # %% [markdown]
 # The compiled module wraps the original (`compiled._orig_mod` is `mlp`, sharing its parameters), and its outputs
 # equal eager mode up to float rounding (a fused kernel may round intermediate results differently). A new input
-# of the same shape reuses the compiled code.
+# of the same shape reuses the compiled code. The fusion itself can be seen with the profiler (section 3.8): eager
+# mode dispatches one ATen operator per element-wise step of the hand-written GELU, the compiled call dispatches
+# none of them, only the two matrix products (`addmm`) around one generated loop.
 
 # %%
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep the profiler's C++ library quiet (see section 3.8)
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+ELEMENTWISE = {"aten::add", "aten::mul", "aten::pow", "aten::tanh"}
 with torch.no_grad():
     x2 = torch.randn(1024, 64, device=device)
     same = torch.allclose(compiled(x2), mlp(x2), atol=1e-5, rtol=1e-5)
+    dispatched = {}
+    for name, fn in (("eager", mlp), ("compiled", compiled)):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn(x2)
+        dispatched[name] = sorted({e.name for e in prof.events() if e.name in ELEMENTWISE | {"aten::addmm"}})
 print("compiled wraps the same module:", compiled._orig_mod is mlp, "| outputs match eager:", same)
+for name, ops in dispatched.items():
+    print(f"{name:8} dispatches {ops}")
 assert same and compiled._orig_mod is mlp
+assert ELEMENTWISE <= set(dispatched["eager"]) and not ELEMENTWISE & set(dispatched["compiled"])
 
 # %% [markdown]
 # ### 3.6 Fusing Conv and BatchNorm for inference (Conv 层和 BN 层融合)
@@ -1350,9 +1367,13 @@ for name, config in (("int8 weight-only", Int8WeightOnlyConfig()),
         agree = (quantized(X_test).argmax(1) == reference_pred).float().mean().item()
     results[name] = (size_kib(quantized), accuracy(quantized), agree)
 print("weight type after quantize_:", type(quantized[0].weight).__name__)
-print("model              size      test accuracy   predictions equal to float32")
+# int8 kernels differ between CPU models (AVX2, AVX-512, AMX), so a prediction near a tie may flip on another
+# machine: the table prints the accuracy loss and the agreement as checks rather than exact percentages.
+print(f"float32 test accuracy: {100 * results['float32'][1]:.0f} %")
+print("model              size      accuracy within 0.5 points of float32   predictions equal to float32 >= 99 %")
 for name, (size, acc, agree) in results.items():
-    print(f"{name:17} {size:5.0f} KiB   {100 * acc:5.0f} %        {100 * agree:5.0f} %")
+    print(f"{name:17} {size:5.0f} KiB   {str(acc > results['float32'][1] - 0.005):>10}"
+          f"                             {str(agree >= 0.99):>10}")
 for name in ("int8 weight-only", "int8 dynamic"):
     size, acc, agree = results[name]
     assert size < 0.3 * results["float32"][0]
@@ -1369,7 +1390,8 @@ with warnings.catch_warnings(record=True) as caught:
 deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
 print(f"quantize_dynamic emitted {len(deprecations)} deprecation warning(s), e.g. "
       f"{str(deprecations[0].message).splitlines()[0].strip()!r}")
-print("layer:", old_style[0]._get_name(), f"| test accuracy {100 * accuracy(old_style):.0f} %")
+print("layer:", old_style[0]._get_name(), "| accuracy within 0.5 points of float32:",
+      accuracy(old_style) > results["float32"][1] - 0.005)
 assert deprecations and accuracy(old_style) > results["float32"][1] - 0.005
 
 # %% [markdown]
