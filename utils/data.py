@@ -249,6 +249,12 @@ def tensor_loader(
 # ---------------------------------------------------------------------------------------------
 
 
+def _check_length(length: int) -> int:
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be a non-negative int, got {length!r}")
+    return length
+
+
 class NegatedPairs(Dataset):
     """The notes' ``MyDataset``: item ``i`` is ``np.array([-2*i, -2*i])``, with a bounds check.
 
@@ -257,9 +263,7 @@ class NegatedPairs(Dataset):
     """
 
     def __init__(self, length: int) -> None:
-        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-            raise ValueError(f"length must be a non-negative int, got {length!r}")
-        self.length = length
+        self.length = _check_length(length)
 
     def __len__(self) -> int:
         return self.length
@@ -280,9 +284,7 @@ class WorkerTagged(Dataset):
     """
 
     def __init__(self, length: int) -> None:
-        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-            raise ValueError(f"length must be a non-negative int, got {length!r}")
-        self.length = length
+        self.length = _check_length(length)
 
     def __len__(self) -> int:
         return self.length

@@ -198,7 +198,7 @@ def _py_sources(names: list[str]) -> list[Path]:
     chosen = []
     for name in names:
         stem = Path(name).stem
-        matches = [p for p in all_py if p.stem == stem or p.stem.startswith(stem + "_") or p.stem.startswith(stem)]
+        matches = [p for p in all_py if p.stem.startswith(stem)]  # "03" or "03_dynamic_graphs_and_hooks"
         if not matches:
             raise SystemExit(f"no notebook source matches {name!r} in {NOTEBOOKS_DIR}")
         chosen.extend(m for m in matches if m not in chosen)

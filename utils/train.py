@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +180,17 @@ def train_one_epoch(
     }
 
 
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Switch ``model`` to ``eval()`` for the block and restore its previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -196,10 +208,8 @@ def evaluate(
         ValueError: a batch is not an ``(inputs, targets)`` pair, or the loader is empty.
     """
     device = _check_common(model, loader, device)
-    was_training = model.training
-    model.eval()
     loss_sum, correct, samples, classify = 0.0, 0, 0, True
-    try:
+    with _eval_mode(model):
         for batch in loader:
             x, y = _unpack(batch, device)
             outputs = model(x)
@@ -209,8 +219,6 @@ def evaluate(
             classify = classify and c is not None
             correct += c or 0
             samples += n
-    finally:
-        model.train(was_training)
     if samples == 0:
         raise ValueError("the loader yielded no batches")
     return {"loss": loss_sum / samples, "accuracy": correct / samples if classify else math.nan, "samples": float(samples)}
@@ -225,16 +233,12 @@ def predict(model: nn.Module, loader: Iterable, device: torch.device | str) -> t
         ValueError: a batch is not an ``(inputs, targets)`` pair, or the loader is empty.
     """
     device = _check_common(model, loader, device)
-    was_training = model.training
-    model.eval()
     preds, targets = [], []
-    try:
+    with _eval_mode(model):
         for batch in loader:
             x, y = _unpack(batch, device)
             preds.append(model(x).argmax(dim=1).cpu())
             targets.append(y.cpu())
-    finally:
-        model.train(was_training)
     if not preds:
         raise ValueError("the loader yielded no batches")
     return torch.cat(preds), torch.cat(targets)
