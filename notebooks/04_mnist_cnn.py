@@ -740,8 +740,9 @@ assert model.block1[0].weight.is_contiguous(memory_format=torch.channels_last)
 # **Threads.** The training run keeps the kernel's single thread. A second thread would speed it up on an idle
 # 2-core machine, but `make test` runs two notebooks side by side on those two cores, and then three busy
 # threads share two cores: each small parallel operation waits at a barrier for a thread that is not
-# running, and training became *five times slower* than with one thread when we tried. On your own machine,
-# JupyterLab uses all cores. Training results can differ in the last digits between CPU models, so the
+# running; on the shared course machine we observed epochs about five times slower than with one thread (a
+# machine-dependent observation, not checked here: `python -m benchmarks.mnist_speed --threads 2` measures it on
+# yours). On your own machine, JupyterLab uses all cores. Training results can differ in the last digits between CPU models, so the
 # accuracy is printed against its threshold.
 
 # %%
