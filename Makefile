@@ -9,12 +9,14 @@ NB ?=
 PYTEST_NB := -p no:cacheprovider --nbval --nbval-current-env \
 	--nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: help venv lab test test-gpu execute check clean distclean
+.PHONY: help venv lab test test-portable test-lax test-gpu test-learner execute check clean distclean
 help:
 	@echo "make lab       create/refresh .venv and open JupyterLab on notebooks/"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
 	@echo "make execute   re-run notebooks and store fresh outputs (NB=01 for one notebook)"
-	@echo "make test-gpu  on a CUDA machine: run every notebook on the GPU, checking asserts only"
+	@echo "make test-portable  re-run every notebook under other numeric configurations (outputs compared)"
+	@echo "make test-lax  asserts only, on the best device (ARM laptops, CUDA, MPS); test-gpu is the same"
+	@echo "make test-learner  run every notebook as a learner does: all cores, warnings shown, no comparison"
 	@echo "make clean     remove generated files (runs, caches); distclean also removes .venv"
 
 # The venv is rebuilt when it is missing or requirements.txt is newer than the last install.
@@ -34,8 +36,21 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) tests notebooks
 
-test-gpu: $(STAMP)
+# Every compared output must also come out of the narrowest code paths and of two threads
+# (PORTABLE_CONFIGS in utils/notebooks.py); two-threads runs one notebook at a time, on both cores.
+test-portable: $(STAMP)
+	TORCH_COURSE_NUMERICS=narrow-isa $(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) notebooks
+	TORCH_COURSE_NUMERICS=two-threads $(PY) -m pytest -n 1 $(PYTEST_NB) notebooks
+
+# Asserts only, outputs not compared, the device left to the notebooks: for machines whose
+# floating point differs by design (ARM laptops, CUDA, MPS).
+test-lax: $(STAMP)
 	TORCH_COURSE_GPU=1 $(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
+
+test-gpu: test-lax
+
+test-learner: $(STAMP)
+	$(PY) -m utils.notebooks learner $(NB)
 
 execute: $(STAMP)
 	$(PY) -m utils.notebooks execute -j $(JOBS) $(NB)

@@ -7,7 +7,17 @@ import nbformat
 import pytest
 
 from utils import REPO_ROOT
-from utils.notebooks import NOTEBOOK_ENV, check, notebook_env, read_source, source_digest
+from utils.notebooks import (
+    NOTEBOOK_ENV,
+    PINNED_X86_NUMERICS,
+    PORTABLE_CONFIGS,
+    _warning_lines,
+    check,
+    learner_env,
+    notebook_env,
+    read_source,
+    source_digest,
+)
 
 NB_DIR = REPO_ROOT / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -96,7 +106,49 @@ def test_sanitize_file_has_no_empty_replacement():
 
 def test_ci_runs_what_the_readme_says():
     ci = (REPO_ROOT / ".ci" / "run").read_text()
-    assert re.search(r"^make test$", ci, re.M)
+    assert re.search(r"^make test$", ci, re.M) and re.search(r"^make test-portable$", ci, re.M)
     readme = (REPO_ROOT / "README.md").read_text()
-    for command in ("make lab", "make test", "make execute"):
+    for command in ("make lab", "make test", "make execute", "make test-portable", "make test-lax", "make test-learner"):
         assert command in readme
+
+
+def test_x86_numerics_are_pinned(monkeypatch):
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    env = notebook_env()
+    assert {k: env[k] for k in PINNED_X86_NUMERICS} == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2",
+                                                        "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    monkeypatch.setattr("platform.machine", lambda: "arm64")
+    assert not set(PINNED_X86_NUMERICS) & set(notebook_env())  # meaningless on ARM: not set
+
+
+def test_every_portable_configuration_changes_the_numerics(monkeypatch):
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    native = notebook_env()
+    assert len(PORTABLE_CONFIGS) >= 2
+    for name in PORTABLE_CONFIGS:
+        env = notebook_env(numerics=name)
+        changed = {k for k in env if env[k] != native.get(k)}
+        assert changed & {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS"}, name
+        assert env["TORCH_COURSE_DEVICE"] == "cpu" and env["PYTHONWARNINGS"] == NOTEBOOK_ENV["PYTHONWARNINGS"]
+    with pytest.raises(ValueError, match="TORCH_COURSE_NUMERICS='avx512' is not one of narrow-isa"):
+        notebook_env(numerics="avx512")
+
+
+def test_learner_env_pins_nothing(monkeypatch):
+    for key, value in notebook_env(numerics="two-threads").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TORCH_COURSE_NUMERICS", "two-threads")
+    env = learner_env()
+    assert env["PYTHONWARNINGS"] == "default"  # every warning shown once per place
+    for key in ("OMP_NUM_THREADS", "TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES", "MKL_CBWR",
+                "ATEN_CPU_CAPABILITY", "TORCH_COURSE_NUMERICS"):
+        assert key not in env, key
+
+
+def test_warning_lines_are_found_in_text_and_stderr():
+    cell = nbformat.v4.new_code_cell("x = 1")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text="/x/y.py:3: ResourceWarning: unclosed file <x>\n  f = open()\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="TracerWarning: Converting a tensor\nno warning here\n"),
+    ]
+    assert _warning_lines(cell) == {"/x/y.py:3: ResourceWarning: unclosed file <x>", "TracerWarning: Converting a tensor"}

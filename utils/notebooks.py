@@ -15,6 +15,7 @@ Command line::
 
     python -m utils.notebooks execute [NAME ...]   # sync .py -> .ipynb and run (all by default)
     python -m utils.notebooks check                # report notebooks that are stale or broken
+    python -m utils.notebooks learner [NAME ...]   # run them as a learner does (make test-learner)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import copy
 import hashlib
 import os
+import platform
 import re
 import sys
 import time
@@ -36,7 +38,7 @@ from nbclient import NotebookClient
 from utils.paths import NOTEBOOKS_DIR
 
 NOTEBOOK_ENV: dict[str, str] = {
-    # reference outputs are made on the CPU; `make test-gpu` lifts these two
+    # reference outputs are made on the CPU; `make test-lax` and `make test-gpu` lift these two
     "TORCH_COURSE_DEVICE": "cpu",
     "CUDA_VISIBLE_DEVICES": "",
     # one thread per notebook: two notebooks run side by side on the two cores, and
@@ -52,9 +54,33 @@ NOTEBOOK_ENV: dict[str, str] = {
     "PYTHONWARNINGS": "error::DeprecationWarning,error::FutureWarning",
     # jupyter_core warns (DeprecationWarning) unless it is told to use platformdirs
     "JUPYTER_PLATFORM_DIRS": "1",
-    "TORCH_COURSE_NBRUN": "1",
 }
 """Environment of every notebook run made by ``make execute`` and ``make test``."""
+
+PINNED_X86_NUMERICS: dict[str, str] = {
+    # The same code paths on every x86-64 machine with AVX2, Intel or AMD, whatever wider
+    # instructions (AVX-512, AMX) it also has: ATen's vectorised kernels and Inductor's generated
+    # C++ (which reads the same variable), MKL's BLAS in its conditional-numerical-reproducibility
+    # mode for the AVX2 branch, and oneDNN's convolutions capped at AVX2.
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "AVX2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+"""Added to :data:`NOTEBOOK_ENV` on x86-64 machines (elsewhere these variables mean nothing)."""
+
+PORTABLE_CONFIGS: dict[str, dict[str, str]] = {
+    # The math libraries on their narrowest code paths: MKL's SSE2-compatible BLAS (other blocking,
+    # other summation order) and oneDNN's convolutions capped at SSE4.1. ATen stays on AVX2:
+    # with ATEN_CPU_CAPABILITY=default, Inductor generates scalar C++ that does not compile in
+    # PyTorch 2.14 ("'at::vec' has not been declared", notebook 09's torch.compile cells).
+    "narrow-isa": {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    # Two threads: reductions, matrix products and convolutions are split across threads, and MKL
+    # and oneDNN pick their unpinned (native) code paths, as on a learner's machine.
+    "two-threads": {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": "ALL"},
+}
+"""Numeric configurations of ``make test-portable``: each must reproduce every compared output."""
+
+NUMERICS_ENV_VAR = "TORCH_COURSE_NUMERICS"
 
 GPU_ENV_KEYS = ("TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES")
 METADATA_KEY = "torch_course"
@@ -62,23 +88,34 @@ CELL_TIMEOUT_S = 600
 IGNORE_MARK = "# NBVAL_IGNORE_OUTPUT"
 
 
-def notebook_env(gpu: bool = False) -> dict[str, str]:
-    """The variables of :data:`NOTEBOOK_ENV`; with ``gpu=True`` the device is left to the notebook."""
+def notebook_env(gpu: bool = False, numerics: str | None = None) -> dict[str, str]:
+    """The variables of :data:`NOTEBOOK_ENV` plus the pinned x86-64 numerics.
+
+    With ``gpu=True`` the device is left to the notebook. ``numerics`` names one of
+    :data:`PORTABLE_CONFIGS`, laid over the pinned configuration (``make test-portable``).
+    """
     env = dict(NOTEBOOK_ENV)
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        env.update(PINNED_X86_NUMERICS)
     if gpu:
         for key in GPU_ENV_KEYS:
             env.pop(key)
+    if numerics:
+        if numerics not in PORTABLE_CONFIGS:
+            raise ValueError(f"{NUMERICS_ENV_VAR}={numerics!r} is not one of {', '.join(PORTABLE_CONFIGS)}")
+        env.update(PORTABLE_CONFIGS[numerics])
     return env
 
 
 def apply_notebook_env(gpu: bool | None = None) -> None:
-    """Set :data:`NOTEBOOK_ENV` in ``os.environ`` (kernels started afterwards inherit it).
+    """Set the notebook environment in ``os.environ`` (kernels started afterwards inherit it).
 
-    ``gpu=None`` reads ``TORCH_COURSE_GPU=1`` from the environment (``make test-gpu``).
+    ``gpu=None`` reads ``TORCH_COURSE_GPU=1`` from the environment (``make test-lax``), and the
+    numeric configuration is read from ``TORCH_COURSE_NUMERICS`` (``make test-portable``).
     """
     if gpu is None:
         gpu = os.environ.get("TORCH_COURSE_GPU") == "1"
-    os.environ.update(notebook_env(gpu))
+    os.environ.update(notebook_env(gpu, os.environ.get(NUMERICS_ENV_VAR) or None))
 
 
 def source_digest(nb: nbformat.NotebookNode) -> str:
@@ -191,6 +228,60 @@ def check(ipynb_path: Path) -> list[str]:
     return problems
 
 
+WARNING_LINE = re.compile(r"\b\w*(Warning|warn)\b[:(]")
+
+
+def _warning_lines(cell: nbformat.NotebookNode) -> set[str]:
+    """The lines of a cell's text outputs that report a warning (``...Warning: ...``)."""
+    lines = set()
+    for out in cell.get("outputs", []):
+        text = out.get("text", "") + str(out.get("data", {}).get("text/plain", ""))
+        lines.update(ln.strip() for ln in text.splitlines() if WARNING_LINE.search(ln))
+    return lines
+
+
+def learner_env() -> dict[str, str]:
+    """The environment of a learner's kernel: this process's, without anything the tests pin.
+
+    Every variable of :func:`notebook_env` and of :data:`PORTABLE_CONFIGS` is removed (all cores,
+    the best device, native numeric code paths) except the plotting backend, which changes nothing
+    a learner can check. Warnings are shown: ``PYTHONWARNINGS=default`` prints every warning once
+    per place, including the ResourceWarnings and DeprecationWarnings that Python hides by default
+    (JupyterLab users see these when a library is imported with ``-W default`` or ``-X dev``).
+    """
+    pinned = set(notebook_env()) | {k for cfg in PORTABLE_CONFIGS.values() for k in cfg}
+    pinned |= {NUMERICS_ENV_VAR, "TORCH_COURSE_GPU"}
+    env = {k: v for k, v in os.environ.items() if k not in pinned}
+    env.update(MPLBACKEND=NOTEBOOK_ENV["MPLBACKEND"], JUPYTER_PLATFORM_DIRS="1", PYTHONWARNINGS="default")
+    return env
+
+
+def run_as_learner(ipynb_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[list[str], float]:
+    """Run a stored notebook the way a learner does and return its problems and its run time.
+
+    The kernel starts in the notebook's folder with :func:`learner_env`; outputs are not compared.
+    A problem is an error in a cell (the run stops there) or a warning printed by a cell whose
+    stored output does not show it: what a learner sees must be what the lesson shows.
+    """
+    ipynb_path = Path(ipynb_path).resolve()
+    stored = nbformat.read(ipynb_path, as_version=4)
+    nb = copy.deepcopy(stored)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(ipynb_path.parent)}}, allow_errors=False)
+    start = time.perf_counter()
+    problems: list[str] = []
+    try:
+        client.execute(env=learner_env())
+    except Exception as err:  # noqa: BLE001 - report the failing cell, whatever it raised
+        problems.append(f"{ipynb_path.name}: {type(err).__name__}: {str(err)[-2000:]}")
+    seconds = time.perf_counter() - start
+    code = [(a, b) for a, b in zip(stored.cells, nb.cells) if a.cell_type == "code"]
+    for i, (old, new) in enumerate(code, 1):
+        for line in sorted(_warning_lines(new) - _warning_lines(old)):
+            problems.append(f"{ipynb_path.name} code cell {i}: a learner sees a warning the lesson does not show: {line[:300]}")
+    return problems, seconds
+
+
 def _py_sources(names: list[str]) -> list[Path]:
     all_py = sorted(p for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
     if not names:
@@ -217,7 +308,20 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")
     ex.add_argument("-j", "--jobs", type=int, default=2, help="notebooks run side by side (default 2)")
     sub.add_parser("check", help="list stale or broken notebooks")
+    le = sub.add_parser("learner", help="run notebooks as a learner does: all cores, warnings shown, no comparison")
+    le.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")
     args = parser.parse_args(argv)
+    if args.cmd == "learner":
+        failed = 0
+        total = time.perf_counter()
+        for py in _py_sources(args.names):
+            problems, seconds = run_as_learner(py.with_suffix(".ipynb"))
+            failed += bool(problems)
+            print(f"{py.with_suffix('.ipynb').name}: {'FAILED' if problems else 'passed'} in {seconds:.0f} s", flush=True)
+            for problem in problems:
+                print("  " + problem, flush=True)
+        print(f"{failed} failed, {len(_py_sources(args.names)) - failed} passed in {time.perf_counter() - total:.0f} s")
+        return 1 if failed else 0
     if args.cmd == "execute":
         sources = _py_sources(args.names)
         failed = 0
