@@ -946,11 +946,13 @@ def train_with_penalty(lam: float, steps: int = 200) -> dict[str, list[float]]:
 
 runs = {lam: train_with_penalty(lam) for lam in (0.0, 0.1, 1.0)}
 for lam, hist in runs.items():
+    # the final MSE is stable to two decimals; the final gradient norm is not (Adam makes it jitter
+    # between about 0.02 and 0.06 from one step to the next), so only its bound is printed
     print(f"lambda={lam:<4} MSE {hist['mse'][0]:.2f} -> {hist['mse'][-1]:.2f}"
-          f"   gradient norm {hist['grad_norm'][0]:.2f} -> {hist['grad_norm'][-1]:.2f}")
+          f"   gradient norm {hist['grad_norm'][0]:.2f} -> below 0.1")
 final_mse = [hist["mse"][-1] for hist in runs.values()]
 assert final_mse[0] < final_mse[1] < final_mse[2]
-assert all(hist["grad_norm"][-1] < hist["grad_norm"][0] for hist in runs.values())
+assert all(max(hist["grad_norm"][-20:]) < 0.1 < hist["grad_norm"][0] for hist in runs.values())
 plot_curves({f"MSE, lambda={lam}": hist["mse"] for lam, hist in runs.items()},
             xlabel="step", ylabel="MSE (data loss only)", title="training with a gradient penalty", logy=True)
 plt.show()
