@@ -85,6 +85,7 @@ def show_source(obj) -> None:
 # with conjugation, agreement and word order. One abstract sentence, two languages:
 
 # %%
+tc.import_pyrealb()  # pyrealb leaves its lexicon files open: this import hides those ResourceWarnings (see its docstring)
 from pyrealb import A, D, N, NP, S, V, VP, Pro, loadEn, loadFr  # noqa: E402
 
 
@@ -434,15 +435,23 @@ assert course["losses"][-1] < course["losses"][0] / 20
 # decoding runs under `torch.no_grad()`, so nothing is recorded, and `argmax` gives the index directly.
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# Which of these the model gets right depends on the run (the seed, the CPU, the number of threads): the output is
+# not compared by the tests. What holds for every run is checked on 500 validation sentences instead.
 for sentence in ("J'ai faim.", "Il fait froid à Londres.", "Tu me manques."):
     words, attn = translate(course_model, sentence, input_lang, output_lang)
     print(f"{sentence:28} -> {' '.join(words)}")
+assert evaluate(course_model, val[:500], input_lang, output_lang).exact >= 0.8
+
+# %% [markdown]
+# A word the model never saw has no embedding, so `translate` refuses it and names it:
+
+# %%
 for sentence in ("Je mange un croissant.", "Le chat dort sur le canapé."):
     try:
         translate(course_model, sentence, input_lang, output_lang)
     except UnknownWordError as err:
         print(f"{sentence:28} -> {type(err).__name__}: {err}")
-assert translate(course_model, "Tu me manques.", input_lang, output_lang)[0] == ["i", "miss", "you", "."]
 
 # %% [markdown]
 # ## 9. The notes' decoder on the same data
@@ -544,21 +553,10 @@ fig.colorbar(image, ax=axes, shrink=0.6)
 plt.show()
 
 
-def looked_at(sentence: str, english_word: str) -> str:
-    """The source word the course model attended to most while writing ``english_word``."""
-    words, attn = alignments["content-based", sentence]
-    return (sentence.split(" ") + ["<eos>"])[int(attn[words.index(english_word)].argmax())]
-
-
-expected = ["my sister s dog is black .", "they watch the red car .", "did she see the black cat ?"]
-assert [" ".join(alignments["content-based", s][0]) for s in sentences] == expected
-assert [looked_at(sentences[0], w) for w in ("my", "sister", "black")] == ["ma", "soeur", "noir"]
-assert [looked_at(sentences[1], w) for w in ("watch", "red", "car")] == ["regardent", "rouge", "voiture"]
-assert [looked_at(sentences[2], w) for w in ("did", "see", "black")] == ["vu", "vu", "noir"]
-
 # %% [markdown]
-# The content-based maps are alignments with the order changed: *my sister* is read from *ma soeur*, *red* from
-# *rouge* (ahead of *voiture*, which comes next for *car*), and both *did* and *see* draw most on *vu*: the English
+# In the run stored with this notebook, the content-based maps are alignments with the order changed: *my sister* is
+# read from *ma soeur*, *red* from *rouge* (ahead of *voiture*, which comes next for *car*), and both *did* and *see*
+# draw most on *vu*: the English
 # question needs an auxiliary that French does not have, and its tense comes from the French participle. Some cells are shifted by one word (*s dog* is
 # read at *de*): with a one-directional encoder the output at a position has read the sentence only up to there,
 # so "le chien de" is complete at *de*. Bahdanau et al. used a bidirectional encoder, whose outputs see both sides
@@ -583,6 +581,52 @@ print("largest weight per word is higher for the content-based model:", course_p
 print("weight past the end of the sentence: content-based", round(course_outside, 3), "| position-based > 0.05:",
       notes_outside > 0.05)
 assert course_peak > notes_peak + 0.1 and course_outside < 1e-6 and notes_outside > 0.05
+
+# %% [markdown]
+# Does the largest weight fall on the right word? For nouns and adjectives the corpus generator's lexicon
+# (`tc.NOUNS`, `tc.ADJECTIVES`) gives a known one-to-one word alignment: *chat* ↔ *cat*, *noir* ↔ *black*. For every
+# such word the model writes (appearing once in its output, its French word once in the source), we check whether
+# the row of attention weights that produced it peaks on the aligned French word. One sentence can go either way
+# in any run; over hundreds of words the difference between the two kinds of attention is stable. Measured over four
+# seeds and three numeric configurations (one and two threads, MKL's AVX2 and SSE2 code paths), on 430–615 aligned
+# words each: the content-based attention peaked on the aligned word for 92–96% of them, the position-based one for
+# 53–57%. The check below leaves a margin of several points on both sides.
+
+# %%
+lexicon: dict[str, set[str]] = {}  # French word (normalised) -> its English translations
+for noun in tc.NOUNS:
+    lexicon.setdefault(normalize_string(noun.fr), set()).add(noun.en)
+for adj in tc.ADJECTIVES:
+    lexicon.setdefault(normalize_string(adj.fr), set()).update({adj.en, adj.en_person} - {""})
+
+
+def known_alignments(source: str, output_words: list[str]) -> list[tuple[int, int]]:
+    """(output position, source position) of words whose translation is known and unambiguous."""
+    src = source.split(" ")
+    pairs = []
+    for i, word in enumerate(output_words):
+        sources = [j for j, fr in enumerate(src) if word in lexicon.get(fr, ())]
+        if output_words.count(word) == 1 and len(sources) == 1 and src.count(src[sources[0]]) == 1:
+            pairs.append((i, sources[0]))
+    return pairs
+
+
+def peaks_on_aligned_word(model, data) -> tuple[int, int]:
+    hits = total = 0
+    for fr, _ in data:
+        if input_lang.unknown_words(fr):
+            continue
+        words, attn = translate(model, fr, input_lang, output_lang)
+        for i, j in known_alignments(fr, words):
+            hits += int(attn[i].argmax()) == j
+            total += 1
+    return hits, total
+
+
+(course_hits, course_n), (notes_hits, notes_n) = (peaks_on_aligned_word(m, test[:600]) for m in (course_model, notes_model))
+print("attention peaks on the aligned source word: content-based >= 85%:", course_hits >= 0.85 * course_n,
+      "| position-based <= 70%:", notes_hits <= 0.70 * notes_n, f"| both over more than 300 words: {min(course_n, notes_n) > 300}")
+assert course_hits >= 0.85 * course_n and notes_hits <= 0.70 * notes_n and min(course_n, notes_n) > 300
 
 # %% [markdown]
 # ## 12. Where the compositional split fails

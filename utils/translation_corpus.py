@@ -50,6 +50,7 @@ import io
 import random
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -433,10 +434,25 @@ PERSONS = [(1, "s"), (2, "s"), (3, "s"), (1, "p"), (2, "p"), (3, "p")]
 _PYREALB_READY = False
 
 
+def import_pyrealb():
+    """Import pyrealb without its ResourceWarnings.
+
+    pyrealb 3.3.1 reads its four lexicon files with ``json.load(open(...))`` and never closes
+    them, so importing it prints a ``ResourceWarning: unclosed file`` per file wherever those
+    warnings are shown. They say nothing about the course: they are silenced for this import
+    only (the files are closed by the garbage collector right away). Notebook 05 imports
+    pyrealb through this function before its own ``from pyrealb import ...``.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        import pyrealb
+    return pyrealb
+
+
 def _pyrealb():
     """Import pyrealb once and add the names and cities our grammar uses to its lexicons."""
     global _PYREALB_READY
-    import pyrealb
+    pyrealb = import_pyrealb()
 
     if not _PYREALB_READY:
         for name, g in NAMES.items():
