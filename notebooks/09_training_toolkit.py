@@ -41,6 +41,7 @@ import random
 import subprocess
 import sys
 import time
+import timeit
 import warnings
 
 import matplotlib.pyplot as plt
@@ -1473,9 +1474,13 @@ for (filename, line, name), (cc, ncalls, tottime, cumtime, callers) in sorted(st
     if name in ("pipeline", "flip_per_sample", "flip_vectorised"):
         cumulative[name] = cumtime
         print(f"{name:16} called {ncalls:2} time(s)")
-print("the per-sample loop takes over 5x longer than the vectorised flip:",
-      cumulative["flip_per_sample"] > 5 * cumulative["flip_vectorised"])
-assert cumulative["flip_per_sample"] > 5 * cumulative["flip_vectorised"]
+# cumulative times add up every call, including one that waited for a busy core; the fastest of several calls
+# of each is the fair comparison on a machine that is doing other things too
+fastest = {f.__name__: min(timeit.repeat(lambda f=f: f(batch), number=1, repeat=7))
+           for f in (flip_per_sample, flip_vectorised)}
+print("the per-sample loop takes over 5x longer than the vectorised flip (fastest of 7 calls each):",
+      fastest["flip_per_sample"] > 5 * fastest["flip_vectorised"])
+assert fastest["flip_per_sample"] > 5 * fastest["flip_vectorised"] and cumulative["flip_per_sample"] > 0
 torch.testing.assert_close(flip_per_sample(batch), flip_vectorised(batch))
 
 # %% [markdown]

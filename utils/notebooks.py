@@ -231,12 +231,19 @@ def check(ipynb_path: Path) -> list[str]:
 WARNING_LINE = re.compile(r"\b\w*(Warning|warn)\b[:(]")
 
 
+WARNING_PLACE = re.compile(r"^\S*:\d+: |0x[0-9a-fA-F]+|/tmp/\S+")
+
+
 def _warning_lines(cell: nbformat.NotebookNode) -> set[str]:
-    """The lines of a cell's text outputs that report a warning (``...Warning: ...``)."""
+    """The lines of a cell's text outputs that report a warning (``...Warning: ...``).
+
+    The place a warning comes from (``/tmp/ipykernel_123/456.py:7: ``), addresses and temporary
+    paths differ from run to run and are cut off, so the same warning compares equal.
+    """
     lines = set()
     for out in cell.get("outputs", []):
         text = out.get("text", "") + str(out.get("data", {}).get("text/plain", ""))
-        lines.update(ln.strip() for ln in text.splitlines() if WARNING_LINE.search(ln))
+        lines.update(WARNING_PLACE.sub("", ln.strip()) for ln in text.splitlines() if WARNING_LINE.search(ln))
     return lines
 
 
