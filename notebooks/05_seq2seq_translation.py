@@ -578,7 +578,7 @@ def attention_stats(model) -> tuple[float, float]:
 course_peak, course_outside = attention_stats(course_model)
 notes_peak, notes_outside = attention_stats(notes_model)
 print("largest weight per word is higher for the content-based model:", course_peak > notes_peak + 0.1)
-print("weight past the end of the sentence: content-based", round(course_outside, 3), "| position-based > 0.05:",
+print("weight past the end of the sentence: content-based", f"{abs(course_outside):.3f}", "| position-based > 0.05:",
       notes_outside > 0.05)
 assert course_peak > notes_peak + 0.1 and course_outside < 1e-6 and notes_outside > 0.05
 

@@ -773,7 +773,7 @@ grads = [p.grad.clone() for p in net.parameters()]
 by_hand = torch.sqrt(sum((g**2).sum() for g in grads))
 returned = nn.utils.clip_grad_norm_(net.parameters(), max_norm=1.0)
 after = torch.sqrt(sum((p.grad**2).sum() for p in net.parameters()))
-print(f"total norm by hand {by_hand:.4f} | returned {returned:.4f} | after clipping {after:.4f}")
+print(f"total norm by hand {by_hand:.2f} | returned {returned:.2f} | after clipping {after:.4f}")
 torch.testing.assert_close(returned, by_hand)
 assert abs(after - 1.0) < 1e-5
 for g, p in zip(grads, net.parameters()):  # every gradient scaled by the same factor
@@ -1370,7 +1370,9 @@ for name, config in (("int8 weight-only", Int8WeightOnlyConfig()),
 print("weight type after quantize_:", type(quantized[0].weight).__name__)
 # int8 kernels differ between CPU models (AVX2, AVX-512, AMX), so a prediction near a tie may flip on another
 # machine: the table prints the accuracy loss and the agreement as checks rather than exact percentages.
-print(f"float32 test accuracy: {100 * results['float32'][1]:.0f} %")
+# (the float32 accuracy itself moves by a few test samples when the training run's rounding changes: 90.41-90.48 %
+# over six runs with the initial weights perturbed by one part in a million, too close to 90.5 to print whole percents)
+print(f"float32 test accuracy: {5 * round(20 * results['float32'][1])} % (to the nearest 5 points)")
 print("model              size      accuracy within 0.5 points of float32   predictions equal to float32 >= 99 %")
 for name, (size, acc, agree) in results.items():
     print(f"{name:17} {size:5.0f} KiB   {str(acc > results['float32'][1] - 0.005):>10}"
