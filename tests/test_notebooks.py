@@ -116,7 +116,8 @@ def test_x86_numerics_are_pinned(monkeypatch):
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     env = notebook_env()
     assert {k: env[k] for k in PINNED_X86_NUMERICS} == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2",
-                                                        "ONEDNN_MAX_CPU_ISA": "AVX2"}
+                                                        "ONEDNN_MAX_CPU_ISA": "AVX2", "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}
+    assert "MKL_CBWR" not in notebook_env(numerics="two-threads")  # unpinned, as on a learner's machine
     monkeypatch.setattr("platform.machine", lambda: "arm64")
     assert not set(PINNED_X86_NUMERICS) & set(notebook_env())  # meaningless on ARM: not set
 

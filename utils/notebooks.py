@@ -58,25 +58,34 @@ NOTEBOOK_ENV: dict[str, str] = {
 """Environment of every notebook run made by ``make execute`` and ``make test``."""
 
 PINNED_X86_NUMERICS: dict[str, str] = {
-    # The same code paths on every x86-64 machine with AVX2, Intel or AMD, whatever wider
-    # instructions (AVX-512, AMX) it also has: ATen's vectorised kernels and Inductor's generated
-    # C++ (which reads the same variable), MKL's BLAS in its conditional-numerical-reproducibility
-    # mode for the AVX2 branch, and oneDNN's convolutions capped at AVX2.
+    # The same code paths on every x86-64 machine with AVX2, whatever wider instructions (AVX-512,
+    # AMX) it also has: ATen's vectorised kernels, and the vector ISA of the C++ that Inductor
+    # generates (it reads the same variable), with the compiler told the same instruction set
+    # instead of -march=native; MKL's conditional numerical reproducibility (CNR) mode, on its AVX2
+    # branch on Intel CPUs (other vendors' CPUs get MKL's AUTO branch, with CNR still on); oneDNN's
+    # kernels capped at AVX2. oneDNN, FBGEMM (int8) and NumPy still size or pick some kernels by
+    # CPU, so printed values are also kept robust (README: "Which outputs are compared").
     "ATEN_CPU_CAPABILITY": "avx2",
+    "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3",
     "MKL_CBWR": "AVX2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
-"""Added to :data:`NOTEBOOK_ENV` on x86-64 machines (elsewhere these variables mean nothing)."""
+"""Added to :data:`NOTEBOOK_ENV` on x86-64 machines with AVX2 (:func:`_x86_with_avx2`).
 
-PORTABLE_CONFIGS: dict[str, dict[str, str]] = {
+Not on ARM, where ``ATEN_CPU_CAPABILITY`` names other kernels (``sve256``, ...) and ``avx2`` would
+only make Inductor warn; not on an x86 CPU without AVX2, which cannot run those kernels.
+"""
+
+PORTABLE_CONFIGS: dict[str, dict[str, str | None]] = {
     # The math libraries on their narrowest code paths: MKL's SSE2-compatible BLAS (other blocking,
-    # other summation order) and oneDNN's convolutions capped at SSE4.1. ATen stays on AVX2:
+    # other summation order) and oneDNN's kernels capped at SSE4.1. ATen stays on AVX2:
     # with ATEN_CPU_CAPABILITY=default, Inductor generates scalar C++ that does not compile in
-    # PyTorch 2.14 ("'at::vec' has not been declared", notebook 09's torch.compile cells).
+    # PyTorch 2.14 ("'at::vec' has not been declared", observed in notebook 09's torch.compile cells).
     "narrow-isa": {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
-    # Two threads: reductions, matrix products and convolutions are split across threads, and MKL
-    # and oneDNN pick their unpinned (native) code paths, as on a learner's machine.
-    "two-threads": {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": "ALL"},
+    # Two threads, and MKL and oneDNN unpinned (None removes the variable: MKL without CNR, oneDNN
+    # on the widest ISA it finds), as on a learner's machine: reductions, matrix products and
+    # convolutions are split across threads.
+    "two-threads": {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "MKL_CBWR": None, "ONEDNN_MAX_CPU_ISA": None},
 }
 """Numeric configurations of ``make test-portable``: each must reproduce every compared output."""
 
@@ -88,6 +97,17 @@ CELL_TIMEOUT_S = 600
 IGNORE_MARK = "# NBVAL_IGNORE_OUTPUT"
 
 
+def _x86_with_avx2() -> bool:
+    """Whether this is an x86-64 machine whose CPU has AVX2 and FMA (the pinned code paths)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        flags = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        return True  # no /proc/cpuinfo (not Linux): assume a CPU of this decade
+    return {"avx2", "fma"} <= set(flags.split())
+
+
 def notebook_env(gpu: bool = False, numerics: str | None = None) -> dict[str, str]:
     """The variables of :data:`NOTEBOOK_ENV` plus the pinned x86-64 numerics.
 
@@ -95,7 +115,7 @@ def notebook_env(gpu: bool = False, numerics: str | None = None) -> dict[str, st
     :data:`PORTABLE_CONFIGS`, laid over the pinned configuration (``make test-portable``).
     """
     env = dict(NOTEBOOK_ENV)
-    if platform.machine().lower() in ("x86_64", "amd64"):
+    if _x86_with_avx2():
         env.update(PINNED_X86_NUMERICS)
     if gpu:
         for key in GPU_ENV_KEYS:
@@ -103,19 +123,30 @@ def notebook_env(gpu: bool = False, numerics: str | None = None) -> dict[str, st
     if numerics:
         if numerics not in PORTABLE_CONFIGS:
             raise ValueError(f"{NUMERICS_ENV_VAR}={numerics!r} is not one of {', '.join(PORTABLE_CONFIGS)}")
-        env.update(PORTABLE_CONFIGS[numerics])
+        for key, value in PORTABLE_CONFIGS[numerics].items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
     return env
 
 
-def apply_notebook_env(gpu: bool | None = None) -> None:
+def apply_notebook_env(gpu: bool | None = None, numerics: str | None = "from-environment") -> None:
     """Set the notebook environment in ``os.environ`` (kernels started afterwards inherit it).
 
-    ``gpu=None`` reads ``TORCH_COURSE_GPU=1`` from the environment (``make test-lax``), and the
-    numeric configuration is read from ``TORCH_COURSE_NUMERICS`` (``make test-portable``).
+    ``gpu=None`` reads ``TORCH_COURSE_GPU=1`` from the environment (``make test-lax``). The numeric
+    configuration is read from ``TORCH_COURSE_NUMERICS`` (``make test-portable``) unless given;
+    ``numerics=None`` is the pinned one. Pinned variables that the configuration removes are removed.
     """
     if gpu is None:
         gpu = os.environ.get("TORCH_COURSE_GPU") == "1"
-    os.environ.update(notebook_env(gpu, os.environ.get(NUMERICS_ENV_VAR) or None))
+    if numerics == "from-environment":
+        numerics = os.environ.get(NUMERICS_ENV_VAR) or None
+    env = notebook_env(gpu, numerics)
+    for key in PINNED_X86_NUMERICS:
+        if key not in env:
+            os.environ.pop(key, None)
+    os.environ.update(env)
 
 
 def source_digest(nb: nbformat.NotebookNode) -> str:
@@ -153,7 +184,7 @@ def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     py_path = Path(py_path).resolve()
     nb = read_source(py_path)
     digest = source_digest(nb)
-    apply_notebook_env(gpu=False)
+    apply_notebook_env(gpu=False, numerics=None)  # stored outputs: always the pinned configuration
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -231,7 +262,7 @@ def check(ipynb_path: Path) -> list[str]:
 WARNING_LINE = re.compile(r"\b\w*(Warning|warn)\b[:(]")
 
 
-WARNING_PLACE = re.compile(r"^\S*:\d+: |0x[0-9a-fA-F]+|/tmp/\S+")
+WARNING_PLACE = re.compile(r"^.*?\.py:\d+: |0x[0-9a-fA-F]+|/tmp/\S+")
 
 
 def _warning_lines(cell: nbformat.NotebookNode) -> set[str]:
@@ -253,8 +284,10 @@ def learner_env() -> dict[str, str]:
     Every variable of :func:`notebook_env` and of :data:`PORTABLE_CONFIGS` is removed (all cores,
     the best device, native numeric code paths) except the plotting backend, which changes nothing
     a learner can check. Warnings are shown: ``PYTHONWARNINGS=default`` prints every warning once
-    per place, including the ResourceWarnings and DeprecationWarnings that Python hides by default
-    (JupyterLab users see these when a library is imported with ``-W default`` or ``-X dev``).
+    per place, including the ResourceWarnings and DeprecationWarnings from libraries that Python
+    and JupyterLab hide by default: stricter than a default JupyterLab, as a learner running
+    with ``-X dev`` or ``PYTHONWARNINGS=default`` sees it. Settings of the user's own that the
+    tests also pin (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``, ...) are removed too.
     """
     pinned = set(notebook_env()) | {k for cfg in PORTABLE_CONFIGS.values() for k in cfg}
     pinned |= {NUMERICS_ENV_VAR, "TORCH_COURSE_GPU"}
@@ -322,7 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         failed = 0
         total = time.perf_counter()
         for py in _py_sources(args.names):
-            problems, seconds = run_as_learner(py.with_suffix(".ipynb"))
+            if not py.with_suffix(".ipynb").exists():
+                problems, seconds = [f"{py.with_suffix('.ipynb').name} is missing: run `make execute NB={py.stem}`"], 0.0
+            else:
+                problems, seconds = run_as_learner(py.with_suffix(".ipynb"))
             failed += bool(problems)
             print(f"{py.with_suffix('.ipynb').name}: {'FAILED' if problems else 'passed'} in {seconds:.0f} s", flush=True)
             for problem in problems:
