@@ -8,9 +8,9 @@ to one thread explicitly, as two test workers share the two cores.
 
 import torch
 
-from utils.notebooks import apply_notebook_env
+from utils.notebooks import apply_test_env
 
 
 def pytest_configure(config):  # noqa: ARG001 - pytest hook signature
-    apply_notebook_env()
+    apply_test_env()
     torch.set_num_threads(1)

@@ -12,6 +12,7 @@ from utils.notebooks import (
     PINNED_X86_NUMERICS,
     PORTABLE_CONFIGS,
     _warning_lines,
+    apply_test_env,
     check,
     learner_env,
     notebook_env,
@@ -91,8 +92,6 @@ def test_same_environment_for_execute_and_test():
     assert "error::DeprecationWarning" in NOTEBOOK_ENV["PYTHONWARNINGS"]
     assert "error::FutureWarning" in NOTEBOOK_ENV["PYTHONWARNINGS"]
     assert "TORCH_COURSE_DEVICE" not in notebook_env(gpu=True)
-    conftest = (REPO_ROOT / "conftest.py").read_text()
-    assert "apply_notebook_env()" in conftest
 
 
 def test_sanitize_file_has_no_empty_replacement():
@@ -156,3 +155,28 @@ def test_warning_lines_are_found_in_text_and_stderr():
     again = nbformat.v4.new_code_cell("x = 1")
     again.outputs = [nbformat.v4.new_output("stream", name="stderr", text="/tmp/ipykernel_9/8.py:3: ResourceWarning: unclosed file <x>\n")]
     assert _warning_lines(again) <= _warning_lines(cell)  # the same warning from another run and place
+
+
+@pytest.mark.parametrize(("variables", "expected", "absent"), [
+    ({}, {"OMP_NUM_THREADS": "1", "TORCH_COURSE_DEVICE": "cpu"}, set()),
+    ({"TORCH_COURSE_NUMERICS": "two-threads"}, {"OMP_NUM_THREADS": "2"}, {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}),
+    ({"TORCH_COURSE_GPU": "1"}, {"OMP_NUM_THREADS": "1"}, {"TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES"}),
+])
+def test_test_targets_get_their_environment(monkeypatch, variables, expected, absent):
+    """What conftest.py applies: the notebook kernels of make test, test-portable and test-lax inherit it."""
+    import os
+
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    saved = dict(os.environ)
+    try:
+        for key in ("TORCH_COURSE_NUMERICS", "TORCH_COURSE_GPU", "TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES",
+                    *PINNED_X86_NUMERICS):
+            os.environ.pop(key, None)
+        os.environ.update(variables)
+        os.environ["MKL_CBWR"] = "left over"  # a pinned variable the configuration may remove
+        apply_test_env()
+        assert {k: os.environ.get(k) for k in expected} == expected
+        assert not absent & set(os.environ)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

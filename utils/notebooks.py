@@ -90,6 +90,7 @@ PORTABLE_CONFIGS: dict[str, dict[str, str | None]] = {
 """Numeric configurations of ``make test-portable``: each must reproduce every compared output."""
 
 NUMERICS_ENV_VAR = "TORCH_COURSE_NUMERICS"
+GPU_ENV_VAR = "TORCH_COURSE_GPU"
 
 GPU_ENV_KEYS = ("TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES")
 METADATA_KEY = "torch_course"
@@ -131,22 +132,31 @@ def notebook_env(gpu: bool = False, numerics: str | None = None) -> dict[str, st
     return env
 
 
-def apply_notebook_env(gpu: bool | None = None, numerics: str | None = "from-environment") -> None:
-    """Set the notebook environment in ``os.environ`` (kernels started afterwards inherit it).
+def apply_notebook_env(gpu: bool = False, numerics: str | None = None) -> None:
+    """Set :func:`notebook_env` in ``os.environ`` (kernels started afterwards inherit it).
 
-    ``gpu=None`` reads ``TORCH_COURSE_GPU=1`` from the environment (``make test-lax``). The numeric
-    configuration is read from ``TORCH_COURSE_NUMERICS`` (``make test-portable``) unless given;
-    ``numerics=None`` is the pinned one. Pinned variables that the configuration removes are removed.
+    Pinned variables that the numeric configuration removes are removed from ``os.environ`` too.
     """
-    if gpu is None:
-        gpu = os.environ.get("TORCH_COURSE_GPU") == "1"
-    if numerics == "from-environment":
-        numerics = os.environ.get(NUMERICS_ENV_VAR) or None
     env = notebook_env(gpu, numerics)
     for key in PINNED_X86_NUMERICS:
         if key not in env:
             os.environ.pop(key, None)
     os.environ.update(env)
+
+
+def apply_test_env() -> None:
+    """:func:`apply_notebook_env` as the test targets ask for it (``conftest.py``).
+
+    ``TORCH_COURSE_GPU=1`` leaves the device to the notebooks (``make test-lax``);
+    ``TORCH_COURSE_NUMERICS`` names a configuration of :data:`PORTABLE_CONFIGS` (``make test-portable``).
+    """
+    apply_notebook_env(os.environ.get(GPU_ENV_VAR) == "1", os.environ.get(NUMERICS_ENV_VAR) or None)
+
+
+def _client(nb: nbformat.NotebookNode, folder: Path, timeout: int) -> NotebookClient:
+    """A client that runs ``nb`` top to bottom in a fresh kernel started in ``folder``, stopping at an error."""
+    return NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                          resources={"metadata": {"path": str(folder)}}, allow_errors=False)
 
 
 def source_digest(nb: nbformat.NotebookNode) -> str:
@@ -184,14 +194,8 @@ def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     py_path = Path(py_path).resolve()
     nb = read_source(py_path)
     digest = source_digest(nb)
-    apply_notebook_env(gpu=False, numerics=None)  # stored outputs: always the pinned configuration
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(py_path.parent)}},
-        allow_errors=False,
-    )
+    apply_notebook_env()  # stored outputs: always the pinned configuration, whatever the caller's environment
+    client = _client(nb, py_path.parent, timeout)
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
@@ -290,7 +294,7 @@ def learner_env() -> dict[str, str]:
     tests also pin (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``, ...) are removed too.
     """
     pinned = set(notebook_env()) | {k for cfg in PORTABLE_CONFIGS.values() for k in cfg}
-    pinned |= {NUMERICS_ENV_VAR, "TORCH_COURSE_GPU"}
+    pinned |= {NUMERICS_ENV_VAR, GPU_ENV_VAR}
     env = {k: v for k, v in os.environ.items() if k not in pinned}
     env.update(MPLBACKEND=NOTEBOOK_ENV["MPLBACKEND"], JUPYTER_PLATFORM_DIRS="1", PYTHONWARNINGS="default")
     return env
@@ -306,8 +310,7 @@ def run_as_learner(ipynb_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[lis
     ipynb_path = Path(ipynb_path).resolve()
     stored = nbformat.read(ipynb_path, as_version=4)
     nb = copy.deepcopy(stored)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(ipynb_path.parent)}}, allow_errors=False)
+    client = _client(nb, ipynb_path.parent, timeout)
     start = time.perf_counter()
     problems: list[str] = []
     try:
@@ -354,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "learner":
         failed = 0
         total = time.perf_counter()
-        for py in _py_sources(args.names):
+        sources = _py_sources(args.names)
+        for py in sources:
             if not py.with_suffix(".ipynb").exists():
                 problems, seconds = [f"{py.with_suffix('.ipynb').name} is missing: run `make execute NB={py.stem}`"], 0.0
             else:
@@ -363,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{py.with_suffix('.ipynb').name}: {'FAILED' if problems else 'passed'} in {seconds:.0f} s", flush=True)
             for problem in problems:
                 print("  " + problem, flush=True)
-        print(f"{failed} failed, {len(_py_sources(args.names)) - failed} passed in {time.perf_counter() - total:.0f} s")
+        print(f"{failed} failed, {len(sources) - failed} passed in {time.perf_counter() - total:.0f} s")
         return 1 if failed else 0
     if args.cmd == "execute":
         sources = _py_sources(args.names)
