@@ -14,9 +14,10 @@
 #
 # **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`.
 #
-# **Run time.** About 10 seconds on a 2-core CPU (one thread) with bfloat16 instructions (AVX-512 BF16/AMX), most
-# of it importing PyTorch and the two short training runs of section 5. On an older CPU without them bfloat16 is
-# emulated and the autocast run alone takes about 30 seconds.
+# **Study time:** about 45 min. **Run time:** 45 s on the 2-core course machine (one thread, measured by
+# `make execute`), an AVX2 CPU without bfloat16 instructions, where bfloat16 is emulated and the autocast run of
+# section 5 alone takes about 30 s. On a CPU with bfloat16 instructions (AVX-512 BF16, AMX) the whole notebook takes
+# about 10 s, most of it importing PyTorch.
 #
 # **On a GPU.** The low-precision type becomes float16 (the notes' setting, with tensor cores doing the matrix
 # products) instead of bfloat16 on the CPU, the `GradScaler` is switched on in training, softmax and other

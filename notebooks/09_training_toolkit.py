@@ -16,9 +16,11 @@
 #    repeatability; environment checks.
 #
 # **You should know:** tensors, autograd and a training loop (notebooks 01–04); notebook 03's hooks help in
-# section 3. **Runs in:** about 45 s of CPU time on a 2-core CPU (70–90 s of wall-clock time when the machine is
-# shared), of which about 15 s is `torch.compile` building its kernels; a second run reuses the compile cache and
-# takes about 30 s of CPU time. **On a GPU:** activation memory is also measured with
+# section 3.
+#
+# **Study time:** about 90 min. **Run time:** 25 s on the 2-core course machine (one thread, measured by
+# `make execute` with a warm `torch.compile` cache); the first run on a machine spends about 15 s more while
+# `torch.compile` builds its kernels. **On a GPU:** activation memory is also measured with
 # `torch.cuda.max_memory_allocated`, batches are pinned and copied with `non_blocking=True`, `torch.compile`
 # generates Triton kernels, and the environment cell prints the CUDA, cuDNN and GPU names; the CPU prints the same
 # kind of line instead.

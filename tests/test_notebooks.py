@@ -14,9 +14,13 @@ from utils.notebooks import (
     _warning_lines,
     apply_test_env,
     check,
+    execute,
     learner_env,
     notebook_env,
     read_source,
+    readme_times,
+    set_readme_run_time,
+    shown_seconds,
     source_digest,
 )
 
@@ -54,21 +58,69 @@ def test_notebook_opens_and_closes_for_a_learner(nb):
     assert cells[-1].cell_type == "markdown" and "summary" in cells[-1].source.lower(), "last cell: a summary"
 
 
-def test_check_catches_a_stale_notebook(tmp_path):
+DEMO_HEADER = "# %% [markdown]\n# # Demo\n# **Study time:** about 5 min. **Run time:** 5 s\n\n"
+DEMO_README = "| # | notebook | teaches | study | run | gpu |\n| 99 | [demo](notebooks/99_demo.ipynb) | x | 5 min | 5 s | - |\n"
+
+
+def _demo(tmp_path, code="print(1)"):
+    """A one-cell demo notebook as make execute stores it (4.2 s measured, shown as 5 s), and its README."""
     src = tmp_path / "99_demo.py"
-    src.write_text("# %% [markdown]\n# # Demo\n\n# %%\nprint(1)\n")
+    src.write_text(DEMO_HEADER + f"# %%\n{code}\n")
     nb = read_source(src)
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
     nb.cells[1].execution_count = 1
-    nb.metadata = {"torch_course": {"source_sha256": source_digest(nb)}}
+    nb.metadata = {"torch_course": {"source_sha256": source_digest(nb), "run_seconds": 4.2}}
     nbformat.write(nb, tmp_path / "99_demo.ipynb")
-    assert check(tmp_path / "99_demo.ipynb") == []
-    src.write_text("# %% [markdown]\n# # Demo\n\n# %%\nprint(2)\n")  # source edited, not re-executed
-    problems = check(tmp_path / "99_demo.ipynb")
+    (tmp_path / "README.md").write_text(DEMO_README)
+    return src, nb
+
+
+def test_check_catches_a_stale_notebook(tmp_path):
+    src, nb = _demo(tmp_path)
+    readme = tmp_path / "README.md"
+    assert check(tmp_path / "99_demo.ipynb", readme) == []
+    src.write_text(DEMO_HEADER + "# %%\nprint(2)\n")  # source edited, not re-executed
+    problems = check(tmp_path / "99_demo.ipynb", readme)
     assert any("differ" in p for p in problems)
     nb.cells[1].source = "print(2)"  # notebook edited by hand, outputs kept
     nbformat.write(nb, tmp_path / "99_demo.ipynb")
-    assert any("not made from these cells" in p for p in check(tmp_path / "99_demo.ipynb"))
+    assert any("not made from these cells" in p for p in check(tmp_path / "99_demo.ipynb", readme))
+
+
+def test_check_catches_run_and_study_times_that_disagree(tmp_path):
+    _, nb = _demo(tmp_path)
+    readme = tmp_path / "README.md"
+    nb.metadata["torch_course"]["run_seconds"] = 31.0  # the last run took 31 s, the header still says 5 s
+    nbformat.write(nb, tmp_path / "99_demo.ipynb")
+    assert any("not the measured 31.0 s" in p for p in check(tmp_path / "99_demo.ipynb", readme))
+    nb.metadata["torch_course"]["run_seconds"] = 4.2
+    nbformat.write(nb, tmp_path / "99_demo.ipynb")
+    readme.write_text(DEMO_README.replace("| 5 min |", "| 50 min |"))
+    assert any("README.md says 50 min / 5 s" in p for p in check(tmp_path / "99_demo.ipynb", readme))
+    readme.write_text(DEMO_README.replace("99_demo", "98_other"))
+    assert any("0 syllabus rows" in p for p in check(tmp_path / "99_demo.ipynb", readme))
+
+
+def test_shown_run_times_and_the_readme_row():
+    assert [shown_seconds(s) for s in (0.4, 7.4, 7.6, 98, 104, 236)] == [5, 5, 10, 100, 100, 240]
+    new = set_readme_run_time(DEMO_README, "99_demo.ipynb", 35)
+    assert readme_times(new, "99_demo.ipynb") == (5, 35)
+    assert new.splitlines()[0] == DEMO_README.splitlines()[0]
+
+
+def test_execute_writes_the_measured_run_time(tmp_path):
+    src, _ = _demo(tmp_path, code="import time\ntime.sleep(8)\nprint(1)")
+    path, seconds = execute(src)
+    assert seconds >= 8
+    stored = nbformat.read(path, as_version=4)
+    shown = shown_seconds(seconds)
+    assert stored.metadata["torch_course"]["run_seconds"] == round(seconds, 1)
+    assert f"**Run time:** {shown} s" in stored.cells[0].source
+    assert f"**Run time:** {shown} s" in src.read_text()  # the .py source too: they stay in sync
+    assert stored.cells[1].outputs[0]["text"] == "1\n"
+    readme = tmp_path / "README.md"
+    readme.write_text(set_readme_run_time(readme.read_text(), path.name, shown))
+    assert check(path, readme) == []
 
 
 def test_check_catches_errors_warnings_and_unasserted_ignores(tmp_path):

@@ -96,6 +96,54 @@ GPU_ENV_KEYS = ("TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES")
 METADATA_KEY = "torch_course"
 CELL_TIMEOUT_S = 600
 IGNORE_MARK = "# NBVAL_IGNORE_OUTPUT"
+README = NOTEBOOKS_DIR.parent / "README.md"
+
+RUN_TIME = re.compile(r"\*\*Run time:\*\* (\d+) s\b")
+"""The run time in a notebook's first cell, written there by :func:`execute` from its own measurement."""
+STUDY_TIME = re.compile(r"\*\*Study time:\*\* about (\d+) min\b")
+"""The study time in a notebook's first cell (written by its author; the README repeats it)."""
+README_TIMES = re.compile(r"\| (?P<study>\d+) min \| (?P<run>\d+) s(?P<mark>[¹²³⁴]?) \|")
+"""The study-time and run-time cells of a notebook's row in the README's syllabus table."""
+
+
+def shown_seconds(seconds: float) -> int:
+    """How a measured run time is shown: to 5 s below 100 s, to 10 s above (runs vary by about 10%)."""
+    step = 5 if seconds < 100 else 10
+    return max(step, step * round(seconds / step))
+
+
+def set_run_time(text: str, seconds: int, where: str) -> str:
+    """``text`` with the number of its one ``**Run time:** N s`` replaced by ``seconds``."""
+    found = RUN_TIME.findall(text)
+    if len(found) != 1:
+        raise ValueError(f"{where}: the first cell needs exactly one '**Run time:** N s' "
+                         f"(found {len(found)}); make execute writes the measured N there")
+    return RUN_TIME.sub(f"**Run time:** {seconds} s", text, count=1)
+
+
+def readme_row(readme: str, ipynb_name: str) -> str:
+    """The README syllabus row that links to ``notebooks/<ipynb_name>``."""
+    rows = [ln for ln in readme.splitlines() if ln.startswith("|") and f"(notebooks/{ipynb_name})" in ln]
+    if len(rows) != 1:
+        raise ValueError(f"README.md: {len(rows)} syllabus rows link to notebooks/{ipynb_name} (need exactly 1)")
+    return rows[0]
+
+
+def readme_times(readme: str, ipynb_name: str) -> tuple[int, int]:
+    """(study minutes, run seconds) as the README's syllabus row for ``ipynb_name`` states them."""
+    row = readme_row(readme, ipynb_name)
+    found = list(README_TIMES.finditer(row))
+    if len(found) != 1:
+        raise ValueError(f"README.md: the row of {ipynb_name} needs one '| N min | N s |' pair of cells")
+    return int(found[0]["study"]), int(found[0]["run"])
+
+
+def set_readme_run_time(readme: str, ipynb_name: str, seconds: int) -> str:
+    """``readme`` with the run-time cell of ``ipynb_name``'s syllabus row set to ``seconds``."""
+    row = readme_row(readme, ipynb_name)
+    readme_times(readme, ipynb_name)  # exactly one pair of time cells
+    new = README_TIMES.sub(lambda m: f"| {m['study']} min | {seconds} s{m['mark']} |", row)
+    return readme.replace(row, new)
 
 
 def _x86_with_avx2() -> bool:
@@ -176,11 +224,11 @@ def read_source(py_path: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def _minimal_metadata(digest: str) -> dict:
+def _minimal_metadata(digest: str, seconds: float) -> dict:
     return {
         "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
-        METADATA_KEY: {"source_sha256": digest},
+        METADATA_KEY: {"source_sha256": digest, "run_seconds": round(seconds, 1)},
     }
 
 
@@ -188,18 +236,28 @@ def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     """Build ``NN_topic.ipynb`` from ``NN_topic.py`` and run it top to bottom in a fresh kernel.
 
     The kernel runs with :data:`NOTEBOOK_ENV`, in the notebooks folder. A cell that raises stops
-    the run and nothing is written: stored outputs never contain an error. Returns the path of the
-    notebook and the seconds the run took.
+    the run and nothing is written: stored outputs never contain an error. The measured run time
+    (:func:`shown_seconds`) is written into the ``**Run time:** N s`` of the first cell, in the
+    ``.py`` source and the notebook alike, and the seconds into the notebook's metadata; the
+    README's syllabus row is updated by :func:`main`. Returns the path of the notebook and the
+    seconds the run took.
     """
     py_path = Path(py_path).resolve()
     nb = read_source(py_path)
-    digest = source_digest(nb)
+    set_run_time(nb.cells[0].source, 0, py_path.name)  # fail before a long run, not after it
     apply_notebook_env()  # stored outputs: always the pinned configuration, whatever the caller's environment
     client = _client(nb, py_path.parent, timeout)
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
-    nb.metadata = _minimal_metadata(digest)
+    shown = shown_seconds(seconds)
+    nb.cells[0].source = set_run_time(nb.cells[0].source, shown, py_path.name)
+    py_text = py_path.read_text()
+    py_path.write_text(set_run_time(py_text, shown, py_path.name))
+    digest = source_digest(nb)
+    if source_digest(read_source(py_path)) != digest:
+        raise RuntimeError(f"{py_path.name} was edited while it ran: run make execute again")
+    nb.metadata = _minimal_metadata(digest, seconds)
     for cell in nb.cells:
         cell.metadata = {}
         if cell.cell_type == "code":
@@ -213,14 +271,16 @@ def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     return out_path, seconds
 
 
-def check(ipynb_path: Path) -> list[str]:
+def check(ipynb_path: Path, readme: Path = README) -> list[str]:
     """Return the problems of one stored notebook (an empty list when it is good).
 
     Checked: the ``.py`` source exists and has the same cells; the outputs were made from the
     current source (digest written by :func:`execute`); code cells ran once each, in order,
     in one session; no error output; no DeprecationWarning/FutureWarning text; every code cell
     shows something (compared by nbval) or asserts something; every ``# NBVAL_IGNORE_OUTPUT``
-    cell asserts what it shows; at least 80% of code cells are compared.
+    cell asserts what it shows; at least 80% of code cells are compared; the first cell's run time
+    is the one measured by :func:`execute`, and its study and run times are those of the README
+    syllabus (``readme``).
     """
     ipynb_path = Path(ipynb_path)
     problems: list[str] = []
@@ -260,6 +320,27 @@ def check(ipynb_path: Path) -> list[str]:
             problems.append(f"{ipynb_path.name} code cell {i}: NBVAL_SKIP is not used in this course")
     if code and ignored / len(code) > 0.2:
         problems.append(f"{ipynb_path.name}: {ignored} of {len(code)} code cells ignore their output (max 20%)")
+    problems += _time_problems(nb, ipynb_path.name, readme)
+    return problems
+
+
+def _time_problems(nb: nbformat.NotebookNode, name: str, readme: Path = README) -> list[str]:
+    """Disagreements between the measured run time, the first cell's times and the README's syllabus."""
+    first = nb.cells[0].source if nb.cells else ""
+    run, study = RUN_TIME.findall(first), STUDY_TIME.findall(first)
+    if len(run) != 1 or len(study) != 1:
+        return [f"{name}: the first cell needs one '**Study time:** about N min' and one '**Run time:** N s'"]
+    problems = []
+    measured = nb.metadata.get(METADATA_KEY, {}).get("run_seconds")
+    if measured is None or int(run[0]) != shown_seconds(measured):
+        problems.append(f"{name}: '**Run time:** {run[0]} s' is not the measured {measured} s: run `make execute`")
+    try:
+        in_readme = readme_times(readme.read_text(), name)
+    except (OSError, ValueError) as err:
+        return problems + [str(err)]
+    if in_readme != (int(study[0]), int(run[0])):
+        problems.append(f"{name}: README.md says {in_readme[0]} min / {in_readme[1]} s, the notebook "
+                        f"{study[0]} min / {run[0]} s: run `make execute` (run time) or fix the README (study time)")
     return problems
 
 
@@ -339,9 +420,9 @@ def _py_sources(names: list[str]) -> list[Path]:
     return chosen
 
 
-def _execute_one(py: Path) -> str:
+def _execute_one(py: Path) -> tuple[str, float]:
     path, seconds = execute(py)
-    return f"{path.name}: executed in {seconds:.1f} s"
+    return path.name, seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,7 +457,10 @@ def main(argv: list[str] | None = None) -> int:
             futures = {py: pool.submit(_execute_one, py) for py in sources}
             for py, fut in futures.items():
                 try:
-                    print(fut.result(), flush=True)
+                    name, seconds = fut.result()
+                    README.write_text(set_readme_run_time(README.read_text(), name, shown_seconds(seconds)))
+                    print(f"{name}: executed in {seconds:.1f} s (README and first cell: {shown_seconds(seconds)} s)",
+                          flush=True)
                 except Exception as err:  # report every failure, then fail
                     failed += 1
                     print(f"{py.name}: FAILED, notebook not written\n{err}", file=sys.stderr, flush=True)
