@@ -6,9 +6,10 @@
 #
 # - the forward pass runs eagerly, one statement at a time, and Python control flow decides the graph;
 # - the graph's saved values are freed by `backward()` unless you ask for `retain_graph=True`;
-# - `grad_fn` nodes and their `next_functions` edges, walked by hand, printed and drawn;
+# - `grad_fn` nodes and their `next_functions` edges, walked by hand, printed and drawn; where the chain rule's
+#   sum over paths really happens (the engine's input buffer, not `.grad`), with the notes' `w1`/`w2`/`w3` example;
 # - leaf tensors (叶子节点) and non-leaf tensors, `retain_grad()`;
-# - tensor hooks (钩子) with `register_hook`: logging and changing gradients;
+# - tensor hooks (钩子) with `register_hook`: logging and changing gradients; `register_post_accumulate_grad_hook`;
 # - `detach`, `torch.no_grad`, `torch.inference_mode` and how `requires_grad` propagates;
 # - `backward(gradient)` for non-scalar outputs, and splitting one backward pass in two (the notes' `step1/step2`);
 # - in-place operations that break autograd, and the errors they raise;
@@ -19,8 +20,8 @@
 #
 # **Before this notebook** you should know tensors and `requires_grad`/`backward()` basics (notebooks 01–02).
 #
-# **Run time.** About 15 s on a 2-core CPU (one thread), kernel start included; the slowest parts are importing
-# TensorBoard and tracing the graph.
+# **Study time:** about 60 min. **Run time:** 10 s on the 2-core course machine (one thread, measured by
+# `make execute`); the slowest parts are importing TensorBoard and tracing the graph.
 #
 # **On a GPU.** The models and their inputs go to `get_device()`; every graph, hook and error below
 # behaves the same on CUDA (the graph nodes have the same names), only the numbers drawn from the random
@@ -32,10 +33,10 @@
 
 # %%
 import shutil
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -58,13 +59,29 @@ def expect_error(fn, error_type=RuntimeError):
     raise AssertionError(f"expected {error_type.__name__}, nothing was raised")
 
 
+def expect_warning(fn, category, match):
+    """Run fn() with every warning recorded; check one is a `category` containing `match`; print it; return fn()."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # overrides the environment's filters inside this block only
+        result = fn()
+    found = [w for w in caught if issubclass(w.category, category) and match in str(w.message)]
+    assert found, f"expected a {category.__name__} containing {match!r}"
+    first = str(found[0].message).split(". ")[0].rstrip(".")
+    print(f"{found[0].category.__name__}: {first}.")
+    return result
+
+
 print("device:", device.type)
 
 # %% [markdown]
 # ## 1. The forward pass runs eagerly (正向传播立即执行)
 #
-# A PyTorch graph is made of two kinds of nodes: tensors and the functions that produced them; edges say which
-# function consumed which tensor. "Dynamic" has two meanings in the notes. The first: **every statement runs at
+# The graph autograd records is a graph of **backward nodes** (反向节点), not of tensors: one node per recorded
+# operation (the result's `grad_fn`, e.g. `MulBackward0`, which knows how to compute that operation's gradients),
+# plus one `AccumulateGrad` node per leaf that requires grad (it writes the leaf's `.grad`). Edges
+# (`next_functions`) lead from a node to the nodes of the operation's inputs. Tensors hang *off* the graph: a
+# result points to the node that made it, and a node keeps the tensors it saved for backward. (The notes draw
+# tensors as nodes too; section 2 walks the real structure.) "Dynamic" has two meanings in the notes. The first: **every statement runs at
 # once** and adds its nodes to the graph as it goes. There is no separate "build the graph, then run it" phase:
 # `Y_hat` below holds numbers as soon as its line has run, before `loss` even exists.
 # (The notes print `loss.data`; `.data` is a legacy back door, see section 6. Use `.detach()` or `.item()`.)
@@ -149,16 +166,54 @@ assert add_node.next_functions[0][0] is mul_node.next_functions[0][0]  # ONE Acc
 assert add_node.next_functions[0][0].variable is x
 
 # %% [markdown]
-# `x` has a single `AccumulateGrad` node reached along two paths: that is how gradients from several uses of a
-# tensor are **summed**, the chain rule's sum over paths. The notes list the steps of `loss.backward()`:
+# `x` has a single `AccumulateGrad` node reached along two paths. The notes list the steps of `loss.backward()`:
 # the loss gets gradient 1; `PowBackward0` and `SubBackward0` turn it into gradients for `y1` and `y2`;
-# `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, and `AccumulateGrad` adds them:
-# $-4 \cdot 1 + 4 \cdot 2 = 4$.
+# `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, $-4 \cdot 1$ and $4 \cdot 2$.
+# **Where are they added?** Not in `x.grad`, as the notes (and many tutorials) suggest: the engine waits until every
+# path into a node has delivered, sums the contributions in that node's *input buffer*, and then runs the node
+# **once** with the total, $-4 + 8 = 4$: the chain rule's sum over paths (链式法则). So a hook on `x`, and a
+# pre-hook on its `AccumulateGrad` node, each fire once and see 4, never $-4$ and $8$ apart. Adding into `.grad`
+# is a different mechanism: accumulation *across* `backward()` calls (section 3).
 
 # %%
+calls = []
+x.register_hook(lambda grad: calls.append(("tensor hook on x", grad.item())))
+accumulate_x = add_node.next_functions[0][0]
+accumulate_x.register_prehook(lambda grad_outputs: calls.append(("AccumulateGrad pre-hook", grad_outputs[0].item())))
 loss.backward()
+print("calls:", calls)
 print("x.grad =", fmt(x.grad))
+assert calls == [("tensor hook on x", 4.0), ("AccumulateGrad pre-hook", 4.0)]  # once each, with the sum
 assert x.grad.item() == -4.0 * 1 + 4.0 * 2
+
+# %% [markdown]
+# The notes' own graph example makes the same point with three weights: `l1 = input * w1` is used twice (in
+# `l2 = l1 + w2` and `l3 = l1 * w3`), so `w1`'s gradient is a sum over two paths. With `input` a 2×2 block of ones,
+# $w_1=2, w_2=3, w_3=4$ and `loss = (l2 * l3).mean()`, all four elements are equal ($l_1 = 2$, $l_2 = 5$,
+# $l_3 = 8$, $l_4 = 40$), so the mean has the gradients of one element. By hand, the path through `l2` gives
+# $l_3 = 8$ and the path through `l3` gives $l_2 w_3 = 20$, so $\partial loss/\partial w_1 = 20 + 8 = 28$,
+# $\partial loss/\partial w_2 = l_3 = 8$ and $\partial loss/\partial w_3 = l_1 l_2 = 10$: the values the notes
+# print. The notes print each tensor with `t.data`; below `fmt` prints the values, and the grad_fn names replace the
+# notes' `<MulBackward0 object at 0x...>` addresses, which change every run.
+
+# %%
+inp = torch.ones(2, 2)
+w1, w2, w3 = (torch.tensor(v, requires_grad=True) for v in (2.0, 3.0, 4.0))
+l1 = inp * w1
+l2 = l1 + w2
+l3 = l1 * w3
+l4 = l2 * l3
+notes_loss = l4.mean()  # `loss` stays the graph of the cells above (section 3 uses it)
+w1_calls = []
+w1.register_hook(lambda grad: w1_calls.append(grad.item()))
+notes_loss.backward()
+for name, t in {"w1": w1, "w2": w2, "w3": w3, "l1": l1, "l2": l2, "l3": l3, "l4": l4, "loss": notes_loss}.items():
+    fn = type(t.grad_fn).__name__ if t.grad_fn is not None else None
+    value = fmt(t.detach()[0, 0] if t.dim() else t.detach())
+    print(f"{name:4s} value {value:>5s}  grad {fmt(t.grad) if t.is_leaf else None!s:>5s}  grad_fn {fn}  is_leaf {t.is_leaf}")
+print("hook on w1 fired", len(w1_calls), "time(s), with", w1_calls)
+assert (w1.grad.item(), w2.grad.item(), w3.grad.item()) == (28.0, 8.0, 10.0)
+assert w1_calls == [28.0]  # one call with the sum of both paths (20 + 8), not two
 
 # %% [markdown]
 # ## 3. The graph is freed after `backward` (计算图在反向传播后立即销毁)
@@ -222,8 +277,8 @@ loss.backward()
 
 for name, t in {"x": x, "y1": y1, "y2": y2, "loss": loss, "constant": torch.ones(2)}.items():
     print(f"{name:8s} is_leaf={t.is_leaf!s:5s} requires_grad={t.requires_grad}")
-with pytest.warns(UserWarning, match="not a leaf Tensor"):
-    assert y1.grad is None and loss.grad is None  # non-leaves keep no gradient
+non_leaf_grads = expect_warning(lambda: (y1.grad, loss.grad), UserWarning, "not a leaf Tensor")
+assert non_leaf_grads == (None, None)  # non-leaves keep no gradient
 assert x.grad.item() == 4.0
 assert torch.ones(2).is_leaf  # requires_grad=False: a leaf by convention
 
@@ -237,8 +292,7 @@ bad = torch.randn(3, requires_grad=True).double()  # the leaf is the float32 ten
 good = torch.randn(3, dtype=torch.float64, device=device, requires_grad=True)
 (bad.sum() + good.sum()).backward()
 print("bad.is_leaf:", bad.is_leaf, "| good.is_leaf:", good.is_leaf, "| good.grad:", fmt(good.grad))
-with pytest.warns(UserWarning, match="not a leaf Tensor"):
-    assert bad.grad is None
+assert expect_warning(lambda: bad.grad, UserWarning, "not a leaf Tensor") is None
 assert torch.equal(good.grad.cpu(), torch.ones(3, dtype=torch.float64))
 
 # %% [markdown]
@@ -305,6 +359,25 @@ print("w.grad with the clamp hook:", fmt(w.grad))
 assert torch.equal(w.grad, torch.ones(3))  # 10 was clamped to 1
 
 # %% [markdown]
+# A hook on a leaf (a parameter) sees **this backward pass's** gradient, before it is added into `.grad`. To act on
+# the accumulated `.grad` itself (an optimizer that steps as soon as a parameter's gradient is ready, or a log of
+# what the optimizer will see), use `register_post_accumulate_grad_hook(fn)`: `fn(param)` runs after
+# `AccumulateGrad` has updated `param.grad`. With two backward calls and no zeroing in between the two differ: the
+# tensor hook sees 3 twice, the post-accumulate hook sees 3 and then 6.
+
+# %%
+q = torch.tensor([1.0, 2.0], requires_grad=True)
+seen = []
+q.register_hook(lambda grad: seen.append(("register_hook", grad.tolist())))
+q.register_post_accumulate_grad_hook(lambda param: seen.append(("post_accumulate", param.grad.tolist())))
+for _ in range(2):
+    (3 * q).sum().backward()  # no zero_grad: the second call accumulates
+for name, g in seen:
+    print(f"{name:16s} sees {g}")
+assert seen == [("register_hook", [3.0, 3.0]), ("post_accumulate", [3.0, 3.0]),
+                ("register_hook", [3.0, 3.0]), ("post_accumulate", [6.0, 6.0])]
+
+# %% [markdown]
 # ## 6. `requires_grad` propagation, `detach`, `no_grad` and `inference_mode`
 #
 # An operation's result requires grad as soon as **any** of its inputs does; only then is a `grad_fn` recorded.
@@ -325,8 +398,11 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 #   `t.detach().clone()` (or the notes' `t.clone().detach()`).
 # - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
-# - `with torch.inference_mode():` goes further: its results are *inference tensors* that skip autograd's
-#   bookkeeping (they have no version counter) and can never enter a graph later.
+# - `with torch.inference_mode():` goes further: inference mode (推理模式) makes *inference tensors* that skip
+#   autograd's bookkeeping (they have no version counter (版本计数器)). Later, outside the block, an inference
+#   tensor may still be an input of a recorded operation whose backward does not need to keep it (`t + p`:
+#   the gradient of a sum does not depend on `t`); an operation that must **save** it for backward (`t * p`,
+#   whose gradient for `p` is `t`) is refused. Clone it (`t.clone()`) to get a normal tensor.
 # - `model.eval()` is **not** one of them (the notes warn about it): it switches dropout/batch norm to evaluation
 #   behaviour, but the graph is still recorded.
 #
@@ -360,7 +436,11 @@ with torch.inference_mode():
     t = p * 2
 print("inference_mode: is_inference", t.is_inference(), "| requires_grad", t.requires_grad)
 expect_error(lambda: t._version)
-expect_error(lambda: (t * p).sum().backward())  # an inference tensor cannot be saved for backward
+p.grad = None
+(t + p).sum().backward()  # allowed: AddBackward0 saves nothing, so t can take part
+print("t + p: backward ran, p.grad =", fmt(p.grad))
+assert torch.equal(p.grad, torch.ones(2))
+expect_error(lambda: (t * p).sum().backward())  # refused: MulBackward0 would have to save t
 
 dropout_model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).to(device).eval()
 inp = torch.ones(1, 2, device=device)
@@ -374,8 +454,10 @@ assert dropout_model(inp).requires_grad
 #
 # A reminder from notebook 02: for a non-scalar output `y`, `y.backward(gradient=v)` (with `v` shaped like `y`)
 # computes the vector-Jacobian product $v^\top J$, the gradient of $\sum_i v_i y_i$. The notes' references on
-# "backward() 详解" are about this parameter, which PyTorch 1.x called `grad_variables`: the old name still works
-# in 2.x but is deprecated (a `FutureWarning`, asserted below) in favour of `grad_tensors`/`gradient`.
+# "backward() 详解" are about this parameter. Its oldest name, `grad_variables` (from PyTorch 0.3, when tensors
+# were wrapped in `Variable`s), was renamed `grad_tensors` in 0.4; `torch.autograd.backward` still accepts it in
+# 2.14 with a `FutureWarning`, printed below. Today: `y.backward(gradient=v)` or
+# `torch.autograd.backward(y, grad_tensors=v)`.
 
 # %%
 x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -386,8 +468,7 @@ print("x.grad = v * 2x =", fmt(x.grad))
 assert torch.allclose(x.grad, v * 2 * x.detach())
 
 x.grad = None
-with pytest.warns(FutureWarning, match="grad_variables"):
-    torch.autograd.backward(x**2, grad_variables=v)  # the notes' PyTorch 1.x source: already deprecated there
+expect_warning(lambda: torch.autograd.backward(x**2, grad_variables=v), FutureWarning, "grad_variables")
 assert torch.allclose(x.grad, v * 2 * x.detach())
 
 # %% [markdown]
@@ -612,8 +693,7 @@ new.register_full_backward_hook(lambda mod, gin, gout: shapes.__setitem__("full 
 old.register_backward_hook(lambda mod, gin, gout: shapes.__setitem__("old hook", tuple(gin[0].shape)))
 xb = torch.randn(3, 4, device=device, requires_grad=True)
 new(xb).sum().backward()
-with pytest.warns(FutureWarning, match="non-full backward hook"):
-    out = old(xb)
+out = expect_warning(lambda: old(xb), FutureWarning, "non-full backward hook")
 out.sum().backward()
 print("input shape:", tuple(xb.shape), "| grad_input shapes seen:", shapes)
 assert shapes == {"full hook": (3, 4), "old hook": (3, 2)}
@@ -741,7 +821,7 @@ plt.show()
 # The notes export a model's graph with `SummaryWriter.add_graph`. That method runs the model once under
 # `torch.jit.trace` and logs the traced **forward** graph (which operations, in which modules). In PyTorch 2.14
 # `torch.jit.trace` is deprecated in favour of `torch.compile`/`torch.export`, so `add_graph` emits
-# `FutureWarning`s; the cell asserts them with `pytest.warns` rather than hiding them. (Note that this is not the
+# `FutureWarning`s; the cell prints the first one (and asserts it) rather than hiding it. (Note that this is not the
 # autograd graph of `grad_fn` nodes: that one exists only after a forward pass with gradients, and is drawn in
 # section 12.)
 #
@@ -770,8 +850,8 @@ net = Net().to(device)
 graph_dir = RUN_DIR / "graph"
 shutil.rmtree(graph_dir, ignore_errors=True)  # one event file per run
 writer = SummaryWriter(str(graph_dir))
-with pytest.warns(FutureWarning, match=r"jit\.trace"):
-    writer.add_graph(net, input_to_model=torch.rand(10, 2, device=device))
+expect_warning(lambda: writer.add_graph(net, input_to_model=torch.rand(10, 2, device=device)),
+               FutureWarning, "jit.trace")
 writer.close()
 
 summary = read_events(graph_dir)
@@ -873,8 +953,11 @@ plt.show()
 # - Each result's `grad_fn` links to its inputs' nodes through `next_functions`, down to one `AccumulateGrad` per leaf.
 # - Only leaves that require grad keep `.grad`; `retain_grad()` keeps an intermediate one; `.double()`/`.to()` after
 #   creation makes a non-leaf.
-# - `tensor.register_hook` observes or replaces a gradient; always keep the handle and remove it.
-# - `detach()` shares storage, `no_grad` records nothing, `inference_mode` makes tensors that never enter a graph,
+# - Gradients reaching a tensor along several paths are summed in the engine's input buffer; its hooks and
+#   `AccumulateGrad` run once with the sum. `.grad` accumulates across `backward()` calls.
+# - `tensor.register_hook` observes or replaces this pass's gradient; `register_post_accumulate_grad_hook` sees
+#   the accumulated `.grad`. Always keep the handle and remove it.
+# - `detach()` shares storage, `no_grad` records nothing, `inference_mode` makes tensors that no backward may save,
 #   `eval()` stops nothing; avoid `.data`, its changes are invisible to autograd.
 # - `y.backward(v)` computes $v^\top J$, which lets a backward pass be split at `y.detach().requires_grad_()`.
 # - In-place writes are checked with version counters: refused on leaves that require grad and on saved values.
