@@ -33,7 +33,6 @@
 
 # %%
 import shutil
-import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -41,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils import REPO_ROOT, fmt, get_device, plot_curves, plot_image_grid, relpath, seed_everything
+from utils import REPO_ROOT, fmt, get_device, plot_curves, plot_image_grid, relpath, seed_everything, show_warning
 
 seed_everything(0)
 device = get_device()
@@ -57,18 +56,6 @@ def expect_error(fn, error_type=RuntimeError):
         print(f"{type(err).__name__}: {first}.")
         return err
     raise AssertionError(f"expected {error_type.__name__}, nothing was raised")
-
-
-def expect_warning(fn, category, match):
-    """Run fn() with every warning recorded; check one is a `category` containing `match`; print it; return fn()."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")  # overrides the environment's filters inside this block only
-        result = fn()
-    found = [w for w in caught if issubclass(w.category, category) and match in str(w.message)]
-    assert found, f"expected a {category.__name__} containing {match!r}"
-    first = str(found[0].message).split(". ")[0].rstrip(".")
-    print(f"{found[0].category.__name__}: {first}.")
-    return result
 
 
 print("device:", device.type)
@@ -277,7 +264,7 @@ loss.backward()
 
 for name, t in {"x": x, "y1": y1, "y2": y2, "loss": loss, "constant": torch.ones(2)}.items():
     print(f"{name:8s} is_leaf={t.is_leaf!s:5s} requires_grad={t.requires_grad}")
-non_leaf_grads = expect_warning(lambda: (y1.grad, loss.grad), UserWarning, "not a leaf Tensor")
+non_leaf_grads = show_warning(lambda: (y1.grad, loss.grad), UserWarning, "not a leaf Tensor")
 assert non_leaf_grads == (None, None)  # non-leaves keep no gradient
 assert x.grad.item() == 4.0
 assert torch.ones(2).is_leaf  # requires_grad=False: a leaf by convention
@@ -292,7 +279,7 @@ bad = torch.randn(3, requires_grad=True).double()  # the leaf is the float32 ten
 good = torch.randn(3, dtype=torch.float64, device=device, requires_grad=True)
 (bad.sum() + good.sum()).backward()
 print("bad.is_leaf:", bad.is_leaf, "| good.is_leaf:", good.is_leaf, "| good.grad:", fmt(good.grad))
-assert expect_warning(lambda: bad.grad, UserWarning, "not a leaf Tensor") is None
+assert show_warning(lambda: bad.grad, UserWarning, "not a leaf Tensor") is None
 assert torch.equal(good.grad.cpu(), torch.ones(3, dtype=torch.float64))
 
 # %% [markdown]
@@ -468,7 +455,7 @@ print("x.grad = v * 2x =", fmt(x.grad))
 assert torch.allclose(x.grad, v * 2 * x.detach())
 
 x.grad = None
-expect_warning(lambda: torch.autograd.backward(x**2, grad_variables=v), FutureWarning, "grad_variables")
+show_warning(lambda: torch.autograd.backward(x**2, grad_variables=v), FutureWarning, "grad_variables")
 assert torch.allclose(x.grad, v * 2 * x.detach())
 
 # %% [markdown]
@@ -693,7 +680,7 @@ new.register_full_backward_hook(lambda mod, gin, gout: shapes.__setitem__("full 
 old.register_backward_hook(lambda mod, gin, gout: shapes.__setitem__("old hook", tuple(gin[0].shape)))
 xb = torch.randn(3, 4, device=device, requires_grad=True)
 new(xb).sum().backward()
-out = expect_warning(lambda: old(xb), FutureWarning, "non-full backward hook")
+out = show_warning(lambda: old(xb), FutureWarning, "non-full backward hook")
 out.sum().backward()
 print("input shape:", tuple(xb.shape), "| grad_input shapes seen:", shapes)
 assert shapes == {"full hook": (3, 4), "old hook": (3, 2)}
@@ -850,7 +837,7 @@ net = Net().to(device)
 graph_dir = RUN_DIR / "graph"
 shutil.rmtree(graph_dir, ignore_errors=True)  # one event file per run
 writer = SummaryWriter(str(graph_dir))
-expect_warning(lambda: writer.add_graph(net, input_to_model=torch.rand(10, 2, device=device)),
+show_warning(lambda: writer.add_graph(net, input_to_model=torch.rand(10, 2, device=device)),
                FutureWarning, "jit.trace")
 writer.close()
 

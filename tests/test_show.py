@@ -46,3 +46,22 @@ def test_show_header(capsys):
     assert capsys.readouterr().out.splitlines() == ["float", "3.14"]
     with pytest.raises(TypeError, match="name must be a string"):
         show(1.0, name=3)  # type: ignore[arg-type]
+
+
+def test_show_warning_prints_the_taught_warning_and_fails_without_it(capsys):
+    import warnings
+
+    from utils import show_warning
+
+    def old_api():
+        warnings.warn("`old` is deprecated. Use `new` instead.", FutureWarning, stacklevel=2)
+        return 7
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as under make test: the warning would otherwise be an error
+        assert show_warning(old_api, FutureWarning, "deprecated") == 7
+    assert capsys.readouterr().out == "FutureWarning: `old` is deprecated.\n"
+    with pytest.raises(AssertionError, match="expected a UserWarning"):
+        show_warning(old_api, UserWarning, "deprecated")
+    with pytest.raises(AssertionError, match="containing 'gone'"):
+        show_warning(lambda: 1, FutureWarning, "gone")

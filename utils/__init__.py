@@ -12,7 +12,7 @@ from utils.device import DEVICE_ENV_VAR, get_device
 from utils.paths import DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, relpath
 from utils.plotting import plot_curves, plot_image_grid, plot_matrix
 from utils.seed import seed_everything
-from utils.show import fmt, show
+from utils.show import fmt, show, show_warning
 
 __all__ = [
     "DATA_DIR",
@@ -27,4 +27,5 @@ __all__ = [
     "relpath",
     "seed_everything",
     "show",
+    "show_warning",
 ]

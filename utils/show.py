@@ -8,6 +8,8 @@ states shape, dtype and device on one line, so that stored outputs stay comparab
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -76,3 +78,22 @@ def show(value: Any, name: str | None = None, decimals: int = 4) -> None:
     else:
         print(f"{prefix}{type(value).__name__}")
     print(fmt(value, decimals))
+
+
+def show_warning(fn: Callable[[], Any], category: type[Warning], match: str) -> Any:
+    """Run ``fn()``, print the ``category`` warning it raises (name and first sentence), return its result.
+
+    For cells whose lesson is a warning (notebooks 03 and 04): the learner reads the warning's text in the
+    output, and the call fails (``AssertionError``) if that warning is no longer raised. Inside the call
+    every warning is recorded, whatever the filters (``make test`` turns FutureWarnings into errors).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn()
+    found = [w for w in caught if issubclass(w.category, category) and match in str(w.message)]
+    if not found:
+        raise AssertionError(f"expected a {category.__name__} containing {match!r}, got "
+                             f"{[f'{w.category.__name__}: {w.message}' for w in caught]}")
+    first = str(found[0].message).split(". ")[0].rstrip(".")
+    print(f"{found[0].category.__name__}: {first}.")
+    return result
