@@ -2,10 +2,13 @@
 # # 01 · Tensors (张量)
 #
 # A tensor is PyTorch's n-dimensional array: the numbers a model reads, computes with and learns. This notebook
-# teaches how to create tensors, what their types and shapes are, how they share memory with NumPy and images,
-# how shapes combine in arithmetic (broadcasting, matrix products), and how to move them to a GPU.
+# teaches how to create tensors and the everyday operations on them (reductions, joining, indexing), what their
+# types and shapes are, how a shape is laid over memory (storage and strides, views and copies), how they share
+# memory with NumPy and images, how shapes combine in arithmetic (broadcasting, matrix products), and how to move
+# them to a GPU.
 #
-# **You should know:** Python and a little NumPy. **Runs in:** about 5 seconds on a 2-core CPU.
+# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 10 s on the 2-core
+# course machine (one thread, measured by `make execute`).
 # **On a GPU:** the last section moves tensors to `cuda`; everything else is the same.
 #
 # The course follows a teacher's study notes written for PyTorch 1.x. Where the notes use APIs that are gone
@@ -13,8 +16,10 @@
 # this notebook says so and shows the current way.
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from utils import get_device, seed_everything, show
 
@@ -105,11 +110,62 @@ for name, t in examples.items():
     print(f"{name:20} dim={t.dim()} shape={tuple(t.shape)} numel={t.numel()}")
 
 # %% [markdown]
+# ### Creating tensors
+#
+# Besides `torch.tensor(data)`, which copies Python or NumPy data, tensors are made by shape. Every creation
+# function takes `dtype=` and `device=` (create the tensor where it will be used rather than moving it later), and
+# each has a `*_like` twin that copies shape, dtype and device from another tensor. `empty` only allocates: its
+# values are whatever was in memory, so fill it before reading it.
+
+# %%
+made = {
+    "torch.zeros(2, 3)": torch.zeros(2, 3),
+    "torch.ones(2, dtype=torch.int64)": torch.ones(2, dtype=torch.int64),
+    "torch.full((2,), 7.0)": torch.full((2,), 7.0),
+    "torch.arange(0, 10, 3)": torch.arange(0, 10, 3),  # end excluded, like range()
+    "torch.linspace(0, 1, 5)": torch.linspace(0, 1, 5),  # 5 points, both ends included
+    "torch.eye(2)": torch.eye(2),
+}
+for name, t in made.items():
+    print(f"{name:33} {t.dtype}  {t.tolist()}")
+g = torch.Generator().manual_seed(0)
+u, n = torch.rand(1000, generator=g), torch.randn(1000, generator=g)  # uniform [0, 1) and standard normal
+like = torch.zeros_like(n, dtype=torch.int32)
+print(f"rand: min {u.min():.2f} max {u.max():.2f} | randn: mean {n.mean():.1f} std {n.std():.1f} | "
+      f"zeros_like: shape {tuple(like.shape)}, {like.dtype}")
+assert 0 <= u.min() and u.max() < 1 and abs(n.mean()) < 0.1 and abs(n.std() - 1) < 0.1
+assert torch.empty(2, 3).shape == (2, 3)  # allocated, not initialised: never read before writing
+
+# %% [markdown]
+# ### Reductions, joining and reordering dimensions
+#
+# A **reduction (归约)** (`sum`, `mean`, `max`, `argmax`, ...) over `dim=d` removes dimension `d`; `keepdim=True`
+# keeps it with size 1, so that the result still broadcasts against the input (section 5), e.g. to subtract
+# each row's mean. `cat` joins tensors along an existing dimension, `stack` along a new one. `unsqueeze(d)` adds a
+# dimension of size 1, `squeeze(d)` removes one, `permute` reorders all of them.
+
+# %%
+m = torch.arange(6.0).view(2, 3)
+print("m =", m.tolist())
+print("m.sum() =", m.sum().item(), "| m.sum(dim=0) =", m.sum(dim=0).tolist(), "| m.sum(dim=1) =", m.sum(dim=1).tolist())
+print("m.mean(dim=1, keepdim=True) has shape", tuple(m.mean(dim=1, keepdim=True).shape),
+      "| m - that =", (m - m.mean(dim=1, keepdim=True)).tolist())
+values, indices = m.max(dim=1)
+print("m.max(dim=1): values", values.tolist(), "indices", indices.tolist())
+print("cat dim 0:", tuple(torch.cat([m, m]).shape), "| cat dim 1:", tuple(torch.cat([m, m], dim=1).shape),
+      "| stack:", tuple(torch.stack([m, m]).shape))
+print("unsqueeze(0):", tuple(m.unsqueeze(0).shape), "| unsqueeze(0).squeeze(0):", tuple(m.unsqueeze(0).squeeze(0).shape),
+      "| permute of (2, 3, 4) by (2, 0, 1):", tuple(torch.zeros(2, 3, 4).permute(2, 0, 1).shape))
+assert m.sum(dim=0).tolist() == [3.0, 5.0, 7.0] and m.sum(dim=1).tolist() == [3.0, 12.0]
+assert torch.stack([m, m]).shape == (2, 2, 3) and torch.cat([m, m], dim=1).shape == (2, 6)
+
+# %% [markdown]
 # ### `view` and `reshape`, and contiguity (连续性)
 #
-# A tensor is a *view* on a flat block of memory (its storage) plus a shape and **strides**: how many elements to
-# skip to move one step along each dimension. `view` changes shape and strides without copying, so it needs a
-# compatible memory layout. `-1` lets PyTorch infer one dimension.
+# A tensor is a flat block of memory, its **storage (存储)**, plus a shape and **strides (步长)**: how many elements
+# to skip in the storage to move one step along each dimension. Element `[i, j]` of a matrix lives at
+# `i * stride[0] + j * stride[1]`. A **view (视图)** is a tensor that shares another's storage with its own shape
+# and strides; `view` makes one without copying. `-1` lets PyTorch infer one dimension.
 
 # %%
 vector = torch.arange(12)
@@ -118,24 +174,54 @@ m43 = vector.view(4, -1)
 print(m34, m34.stride())
 print(m43.shape, m43.stride())
 assert m34.data_ptr() == vector.data_ptr()  # same memory, no copy
+assert m34[2, 1] == vector[2 * m34.stride(0) + 1 * m34.stride(1)]
+
+fig, ax = plt.subplots(figsize=(7, 2.2))
+for k in range(12):  # the storage, one row of cells, coloured by the row of m34 each element belongs to
+    ax.add_patch(plt.Rectangle((k, 1.4), 1, 0.8, color=f"C{k // 4}", alpha=0.35))
+    ax.text(k + 0.5, 1.8, str(k), ha="center", va="center")
+    i, j = divmod(k, 4)
+    ax.add_patch(plt.Rectangle((j + 3.5, -i * 0.45), 1, 0.4, color=f"C{i}", alpha=0.35))
+    ax.text(j + 4, -i * 0.45 + 0.2, str(vector[k].item()), ha="center", va="center", fontsize=8)
+ax.text(-0.2, 1.8, "storage", ha="right", va="center")
+ax.text(3.3, -0.25, "m34 = view(3, 4)\nstrides (4, 1)", ha="right", va="center", fontsize=8)
+ax.set(xlim=(-2, 12.5), ylim=(-1.2, 2.4))
+ax.axis("off")
+ax.set_title("One storage, seen as a 3x4 matrix: one step down a row skips 4 elements, one step right skips 1")
+plt.show()
 
 # %% [markdown]
-# A transpose `t()` only swaps the strides, so the result is no longer contiguous (its rows are not adjacent in
-# memory) and `view` refuses it. `reshape` works everywhere: it returns a view when it can and copies when it must
-# (the same as `.contiguous().view(...)`).
+# A transpose `t()` swaps the sizes *and* the strides: nothing moves in memory, so the result is no longer
+# **contiguous** (walking it row by row jumps around the storage). `view` does not require a contiguous tensor. It
+# requires that the *requested shape* can be expressed with strides over the existing layout: `m62` (strides
+# `(1, 6)`) can be viewed as `(2, 3, 2)`, by splitting its first dimension, but not as `(3, 4)`, whose rows would
+# have to mix elements that are 1 and 6 apart. `reshape` works everywhere: it returns a view when one exists and
+# copies when it must. `.contiguous().view(...)` gives the same *values*, but `contiguous()` copies a
+# non-contiguous tensor even when a view would have done.
 
 # %%
 m26 = torch.arange(12).view(2, 6)
 m62 = m26.t()
-print("strides", m26.stride(), "->", m62.stride(), "contiguous:", m62.is_contiguous())
+print("sizes", tuple(m26.shape), "->", tuple(m62.shape), "| strides", m26.stride(), "->", m62.stride(),
+      "| contiguous:", m62.is_contiguous())
+v232 = m62.view(2, 3, 2)  # works on the non-contiguous tensor
+print("m62.view(2, 3, 2): strides", v232.stride(), "| shares m62's storage:", v232.data_ptr() == m62.data_ptr())
 try:
     m62.view(3, 4)
 except RuntimeError as err:
-    print("view failed:", type(err).__name__, "-", str(err).split(".")[0])
+    print("m62.view(3, 4) failed:", type(err).__name__, "-", str(err).split(".")[0])
 r = m62.reshape(3, 4)
 print(r)
-assert torch.equal(r, m62.contiguous().view(3, 4))
-assert r.data_ptr() != m62.data_ptr()  # reshape had to copy here
+same_storage = {
+    "m62.reshape(2, 3, 2)": m62.reshape(2, 3, 2).data_ptr() == m62.data_ptr(),
+    "m62.contiguous().view(2, 3, 2)": m62.contiguous().view(2, 3, 2).data_ptr() == m62.data_ptr(),
+    "m62.reshape(3, 4)": r.data_ptr() == m62.data_ptr(),
+}
+for expr, shared in same_storage.items():
+    print(f"{expr:31} {'a view of m62' if shared else 'a copy'}")
+assert not m62.is_contiguous() and v232.data_ptr() == m62.data_ptr()
+assert torch.equal(r, m62.contiguous().view(3, 4))  # equal values ...
+assert list(same_storage.values()) == [True, False, False]  # ... but view or copy differ
 
 # %% [markdown]
 # ## 3. Tensors and NumPy: shared memory (共享内存)
@@ -156,6 +242,30 @@ linked, copied = t.numpy(), t.clone().numpy()
 t.add_(1)  # the trailing underscore: an in-place method
 print("tensor:", t, " .numpy():", linked, " .clone().numpy():", copied)
 assert linked[0] == 1.0 and copied[0] == 0.0
+
+# %% [markdown]
+# The notes offer `t.data.numpy()` as another way to get an array. It is not a copy either: `.data` is a tensor
+# on the same storage (detached from autograd), so its array is linked like `t.numpy()`. Only `clone()` (or
+# `np.array(t)`, or `copy()` on the array) breaks the link. In the other direction, NumPy can make arrays with
+# **negative strides** (`a[::-1]` walks the memory backwards), which PyTorch tensors cannot have:
+# `torch.from_numpy` refuses them, and the notes' fix is to copy first, `a[::-1].copy()`.
+
+# %%
+t = torch.zeros(3)
+via_data = t.data.numpy()
+t.add_(5)
+print(".data.numpy() after t.add_(5):", via_data, "| shares memory:", np.shares_memory(via_data, t.numpy()))
+assert via_data[0] == 5.0
+
+a = np.arange(4)
+print("a[::-1].strides:", a[::-1].strides, "(bytes; negative)")
+try:
+    torch.from_numpy(a[::-1])
+except ValueError as err:
+    print("from_numpy(a[::-1]):", type(err).__name__, "-", str(err).split(". ")[0])
+fixed = torch.from_numpy(a[::-1].copy())
+print("from_numpy(a[::-1].copy()):", fixed.tolist(), "| or torch.flip:", torch.flip(torch.from_numpy(a), [0]).tolist())
+assert fixed.tolist() == [3, 2, 1, 0]
 
 # %% [markdown]
 # `item()` turns a one-element tensor into a Python number, `tolist()` a tensor into nested lists.
@@ -227,6 +337,23 @@ col, row = torch.arange(3).view(3, 1), torch.arange(4)
 print("(3,1) + (4,) ->", tuple((col + row).shape))
 print(col * 10 + row)
 print("broadcast_shapes((2,1,3,4), (5,1,1)) =", tuple(torch.broadcast_shapes((2, 1, 3, 4), (5, 1, 1))))
+stretched = torch.broadcast_tensors(col * 10, row)  # what broadcasting does, made visible (as views: stride 0)
+print("strides of the stretched operands:", [t.stride() for t in stretched])
+assert torch.equal(stretched[0] + stretched[1], col * 10 + row) and stretched[0].stride() == (1, 0)
+
+fig, axes = plt.subplots(1, 3, figsize=(8, 2.2))
+panels = (("col * 10: (3, 1) -> (3, 4)", stretched[0]), ("row: (4,) -> (3, 4)", stretched[1]),
+          ("sum: (3, 4)", stretched[0] + stretched[1]))
+for ax, (title, grid) in zip(axes, panels):
+    grid = grid.contiguous()  # matplotlib wants real memory, not a stride-0 view
+    ax.imshow(grid.numpy(), cmap="Blues", vmin=-5, vmax=30)
+    for (i, j), value in np.ndenumerate(grid.numpy()):
+        ax.text(j, i, str(value), ha="center", va="center", fontsize=9)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+fig.suptitle("Broadcasting repeats size-1 dimensions (stride 0, no copy) until the shapes match", fontsize=10)
+plt.show()
 
 a, b = torch.ones(2, 3), torch.ones(3, 4)
 print("mm :", tuple(torch.mm(a, b).shape))
@@ -266,6 +393,41 @@ by_index = img[:, :, :, torch.arange(img.size(3) - 1, -1, -1)]
 flipped = torch.flip(img, dims=[3])  # horizontal flip
 assert torch.equal(by_index, flipped)
 print(flipped[0, 0])
+
+# %% [markdown]
+# **Indexing (索引): views and copies.** *Basic* indexing — integers, slices `a:b:c`, `None` and `...` — only
+# changes offset, shape and strides, so it returns a **view**: writing into it writes into the original.
+# *Advanced* indexing — a list or tensor of indices, or a boolean **mask** — picks arbitrary elements, which no
+# strides can describe, so it returns a **copy**. (Assigning *through* advanced indexing, `x[mask] = 0`, does write
+# into `x`: that is `index_put_`, not a read.) The notes' `x[[0, 2], None]` mixes both: rows 0 and 2 (a copy), then
+# a new dimension of size 1, the same as `x[[0, 2]].unsqueeze(1)`.
+
+# %%
+x = torch.arange(12.0).view(3, 4)
+row = x[1]  # basic: a view
+picked = x[[0, 2]]  # advanced: a copy
+mask = x > 6
+big = x[mask]  # boolean mask: a copy, always 1-D
+print("x[1] shares x's storage:", row.data_ptr() == x.data_ptr() + 4 * x.element_size(),
+      "| x[[0, 2]] shares it:", picked.untyped_storage().data_ptr() == x.untyped_storage().data_ptr())
+print("x[x > 6] =", big.tolist(), "| x[[0, 2], None].shape =", tuple(x[[0, 2], None].shape))
+row[0] = -1.0  # writes into x
+picked[0, 0] = -2.0  # does not
+x[mask] = 0.0  # assignment through a mask writes into x
+print("x after the writes:", x.tolist())
+assert x[1, 0] == -1.0 and x[0, 0] == 0.0 and (x <= 6).all()
+assert torch.equal(torch.arange(12.0).view(3, 4)[[0, 2], None], torch.arange(12.0).view(3, 4)[[0, 2]].unsqueeze(1))
+
+# %% [markdown]
+# The notes also list `torch.nn.functional.normalize(x, p=2, dim=1)`: it divides each row by its length (its
+# L2 norm along `dim`, floored at `eps` so that a zero row does not divide by zero), as in their example `[[6, 8]]`
+# → `[[0.6, 0.8]]`. It is a reduction with `keepdim=True` followed by a broadcast division.
+
+# %%
+v = torch.tensor([[6.0, 8.0], [0.0, 0.0]])
+unit = F.normalize(v, p=2.0, dim=1)
+print("F.normalize:", unit.tolist())
+assert torch.equal(unit[:1], v[:1] / v[:1].norm(dim=1, keepdim=True)) and unit[1].tolist() == [0.0, 0.0]
 
 # %% [markdown]
 # `torch.equal` asks "same shape and exactly the same values" — right for integers. For floats, rounding makes exact
@@ -348,6 +510,10 @@ except Exception as err:  # einops.EinopsError
 # then Apple's MPS, then the CPU (set `TORCH_COURSE_DEVICE=cpu` to force the CPU). `.to(device)` copies a tensor
 # there (and returns the tensor itself if it is already there); results come back with `.cpu()` before `.numpy()`.
 # The tests of this course run on the CPU; on a GPU machine the same cells run on `cuda`.
+#
+# PyTorch 2.6+ also has a device-neutral API, `torch.accelerator`: `is_available()` says whether any accelerator
+# (CUDA, MPS, XPU, ...) can be used, `current_accelerator()` which kind this build of PyTorch targets, and
+# `device_count()` how many there are. It lets code written for one accelerator run on another.
 
 # %%
 device = get_device()
@@ -363,14 +529,24 @@ if device.type != "cpu":
         print("mixing devices:", str(err).split(".")[0])
 else:
     print("On a GPU, x + y would fail here: 'Expected all tensors to be on the same device'")
+print("torch.accelerator.is_available():", torch.accelerator.is_available())
+if torch.accelerator.is_available():
+    print("accelerator:", torch.accelerator.current_accelerator().type, "| devices:", torch.accelerator.device_count())
+assert torch.accelerator.is_available() == (torch.cuda.is_available() or torch.backends.mps.is_available())
 
 # %% [markdown]
 # ## Summary
 #
 # - A tensor has a `dtype` (inferred: ints → `int64`, floats → `float32`), a `shape`, strides and a device.
 #   Build tensors with `torch.tensor(data)`, not the legacy `torch.IntTensor(n)`, which allocates garbage.
-# - `view` needs a compatible memory layout; `reshape` always works and copies only when it must.
-# - `from_numpy`/`.numpy()` share memory; `clone()` copies. `detach()` leaves the graph but shares memory.
+# - Create by shape with `zeros/ones/full/arange/linspace/rand/randn` (`dtype=`, `device=`, `*_like`); reduce
+#   with `dim`/`keepdim`; join with `cat` (existing dim) or `stack` (new dim); reorder with `permute`.
+# - A tensor is storage + shape + strides (步长). `view` works whenever the requested shape fits the existing
+#   strides, contiguous or not; `reshape` always works and copies only when it must; `.contiguous().view()`
+#   gives the same values but always copies a non-contiguous tensor.
+# - Basic indexing (slices, integers) gives views; advanced indexing (index lists, masks) gives copies.
+# - `from_numpy`/`.numpy()` share memory (so does `.data.numpy()`); `clone()` copies; `from_numpy` refuses
+#   negative strides (copy first). `detach()` leaves the graph but shares memory.
 # - Broadcasting aligns shapes from the right; `mm` is 2-D, `bmm` is batched 3-D, `matmul`/`@` broadcasts.
 # - No negative-step slicing: use `torch.flip`. Compare floats with `allclose`/`assert_close`.
 # - Named tensors are gone: name dimensions with einops patterns.
