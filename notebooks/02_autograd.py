@@ -7,18 +7,21 @@
 # 1. `backward()` on a scalar and on a non-scalar (the `gradient` argument), and why that argument
 #    is a *vector–Jacobian product*;
 # 2. `torch.autograd.grad`: second derivatives with `create_graph=True`, several inputs, several outputs;
-# 3. the graph is freed after a backward pass, gradients *accumulate*, and how to zero them
-#    (and use accumulation on purpose);
+# 3. where the chain rule's sum over paths happens (the engine's input buffer, proved with hooks), the
+#    graph is freed after a backward pass, gradients (梯度) *accumulate* across passes, and how to zero
+#    them (and use accumulation on purpose);
 # 4. minimising the notes' $f(x)=ax^2+bx+c$ with an optimizer, with a picture of the path;
 # 5. custom `torch.autograd.Function`s from the notes — `MyReLU`, `Exp`, `GradCoeff`,
-#    `LinearFunction`, `Square`, `Conv2D` — checked with `gradcheck` / `gradgradcheck`;
-# 6. the gradient-penalty recipe, `backward` versus `autograd.grad`, and freezing parameters.
+#    `LinearFunction`, `Square`, `Conv2D` — checked with `gradcheck` / `gradgradcheck`; `torch.func`
+#    (`jacrev`, `vmap`) on custom Functions; what `@once_differentiable` does and does not protect;
+# 6. the gradient-penalty recipe, `backward` versus `autograd.grad`, and freezing parameters (and the
+#    BatchNorm statistics that freezing does not freeze).
 #
 # **Before this notebook.** Notebook 01 (creating tensors, shapes, dtypes, `requires_grad` as an
 # attribute). Calculus at the level of the chain rule and partial derivatives.
 #
-# **Run time.** About 15 s on a 2-core CPU (one thread), most of it importing PyTorch. The slowest
-# cells are the numerical gradient check of the convolution and the three short training runs
+# **Study time:** about 60 min. **Run time:** 20 s on the 2-core course machine (one thread, measured
+# by `make execute`), most of it importing PyTorch. The slowest cells are the numerical gradient check of the convolution and the three short training runs
 # with a gradient penalty (1–2 s each).
 #
 # **On a GPU.** Nothing changes in what you learn: the optimizer, the convolution check, the
@@ -36,6 +39,7 @@ import inspect
 import warnings
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -80,6 +84,21 @@ print("dy/dx at x=0:", x.grad)
 assert x.grad == 2 * a * x.detach() + b
 
 # %% [markdown]
+# The notes' second scalar example has two leaves, $c = p^2 + q$ with $p = 1$, $q = 2$ (the notes call them
+# `a` and `b`): $\partial c/\partial p = 2p = 2$ and $\partial c/\partial q = 1$. `requires_grad` spreads: `c`
+# requires grad because its inputs do.
+
+# %%
+p_leaf = torch.tensor(1.0, requires_grad=True)
+q_leaf = torch.tensor(2.0, requires_grad=True)
+c_out = p_leaf**2 + q_leaf
+c_out.backward()
+print("c =", c_out.item(), "| grad_fn:", type(c_out.grad_fn).__name__)
+for name, t in (("p", p_leaf), ("q", q_leaf)):
+    print(f"{name}: value {t.item()}, requires_grad {t.requires_grad}, grad {t.grad.item()}, grad_fn {t.grad_fn}, leaf {t.is_leaf}")
+assert (p_leaf.grad.item(), q_leaf.grad.item()) == (2.0, 1.0)
+
+# %% [markdown]
 # **`Variable` is gone.** Parts of the notes (and many old tutorials) wrap tensors in
 # `torch.autograd.Variable(...)` to make them differentiable. Since PyTorch 0.4 (2018) `Tensor` and
 # `Variable` are one class: every tensor carries `requires_grad`, `grad` and `grad_fn` itself.
@@ -117,6 +136,28 @@ y.backward(gradient=torch.ones_like(y))
 print("y:\n", y.detach())
 print("x.grad with gradient=ones:\n", x.grad)
 assert torch.equal(x.grad, 2 * a * x.detach() + b)
+
+# %% [markdown]
+# The notes' vector example: $c = p^2 + q$ with $p = [1, 3]$, $q = [2, 4]$, first with `gradient=[1, 1]`
+# ($p$.grad $= 2p = [2, 6]$), then with `gradient=[1, 2]`, for which they print $[2, 12]$ and $[1, 2]$. As
+# written, their second `backward` cannot run: the first one freed the graph (section 4), and had it been kept
+# (`retain_graph=True`) the gradients would have *added up* to $[4, 18]$. Their printed values are those of a
+# fresh graph:
+
+# %%
+p_vec = torch.tensor([1.0, 3.0], requires_grad=True)
+q_vec = torch.tensor([2.0, 4.0], requires_grad=True)
+c_vec = p_vec**2 + q_vec
+c_vec.backward(gradient=torch.tensor([1.0, 1.0]))
+print("gradient [1, 1]: p.grad", p_vec.grad.tolist(), "q.grad", q_vec.grad.tolist())
+try:
+    c_vec.backward(gradient=torch.tensor([1.0, 2.0]))  # the notes' second call, on the same graph
+except RuntimeError as err:
+    print("the notes' second backward:", type(err).__name__, "-", str(err).split(" (")[0])
+p_vec.grad = q_vec.grad = None
+(p_vec**2 + q_vec).backward(gradient=torch.tensor([1.0, 2.0]))  # a fresh graph
+print("gradient [1, 2] on a fresh graph: p.grad", p_vec.grad.tolist(), "q.grad", q_vec.grad.tolist())
+assert p_vec.grad.tolist() == [2.0, 12.0] and q_vec.grad.tolist() == [1.0, 2.0]
 
 # %% [markdown]
 # The notes add that a non-scalar backward "can be done with a scalar backward": passing
@@ -281,9 +322,15 @@ assert (d12_dx1, d12_dx2) == (sum_dx1, sum_dx2) == (3.0, 2.0)
 # `retain_graph=True`. (Notebook 03 studies the graph itself: `grad_fn` chains, leaves, hooks.)
 #
 # The notes' example: $x=3$, $y_1 = x+1$, $y_2 = 2x$, $L=(y_1-y_2)^2$. $x$ reaches $L$ along two
-# paths, and the chain rule says the two contributions are **added**:
+# paths, and the chain rule (链式法则) says the two contributions are **added**:
 # $\frac{dL}{dx} = \frac{\partial L}{\partial y_1}\cdot 1 + \frac{\partial L}{\partial y_2}\cdot 2
-# = (-4)(1) + (4)(2) = 4$. Adding into `.grad` is exactly how autograd implements that sum.
+# = (-4)(1) + (4)(2) = 4$.
+#
+# The notes say autograd does this sum by adding each contribution into `x.grad`. It does not. During one
+# backward pass (反向传播) the engine collects everything that flows into a node in that node's *input buffer*,
+# adds it there, and runs the node once, when all its inputs have arrived. For a leaf the node is
+# `AccumulateGrad`, which writes `.grad`: it runs **once**, with 4, and a hook on `x` sees 4, never $-4$ and 8
+# apart. Adding into `.grad` is a different mechanism, **across** backward calls: the second cell shows it.
 
 # %%
 x = torch.tensor(3.0, requires_grad=True)
@@ -291,9 +338,15 @@ y1 = x + 1
 y2 = 2 * x
 loss = (y1 - y2) ** 2
 dL_dy1, dL_dy2 = torch.autograd.grad(loss, [y1, y2], retain_graph=True)
+calls = []
+x.register_hook(lambda grad: calls.append(("hook on x", grad.item())))
+accumulate_x = y1.grad_fn.next_functions[0][0]  # x's AccumulateGrad node, shared by both paths
+accumulate_x.register_prehook(lambda grad_outputs: calls.append(("AccumulateGrad", grad_outputs[0].item())))
 loss.backward()
 print("dL/dy1 =", dL_dy1.item(), "| dL/dy2 =", dL_dy2.item(), "| x.grad =", x.grad.item())
+print("calls during one backward:", calls)
 assert x.grad == dL_dy1 * 1 + dL_dy2 * 2 == 4.0
+assert calls == [("hook on x", 4.0), ("AccumulateGrad", 4.0)]  # each once, with the sum
 
 try:
     loss.backward()  # the graph's saved values are gone
@@ -301,8 +354,8 @@ except RuntimeError as err:
     print(f"{type(err).__name__}: {str(err).split('. ')[0]}.")
 
 # %% [markdown]
-# The same adding happens *across* backward calls: `.grad` is never reset for you. Three backward
-# passes (keeping the graph) give three times the gradient. This is the bug behind "my loss
+# Adding into `.grad` happens *across* backward calls: `.grad` is never reset for you. Three backward
+# passes (keeping the graph) run `AccumulateGrad` three times and give three times the gradient. This is the bug behind "my loss
 # explodes" when `zero_grad()` is forgotten in a training loop.
 
 # %%
@@ -645,6 +698,28 @@ print("ExpV2 under jacrev:\n" + fmt(J_exp))
 assert torch.allclose(J_exp, torch.diag(x3.exp()))
 
 # %% [markdown]
+# `jacrev` and `grad` only need the split. `vmap` (and `jacfwd`, which uses it) needs one more thing: a rule for
+# running the Function on a batch. Either write a `vmap` static method, or set `generate_vmap_rule = True`, which
+# lets PyTorch derive the rule by running `forward`/`backward` under `vmap` themselves (possible when they are
+# made of PyTorch operations, as here).
+
+# %%
+batch3 = torch.stack([x3, x3 + 1])
+try:
+    torch.func.vmap(ExpV2.apply)(batch3)
+except RuntimeError as err:
+    print("ExpV2 under vmap:", type(err).__name__, "-", str(err).split(". ")[0])
+
+
+class ExpV3(ExpV2):
+    generate_vmap_rule = True
+
+
+batched = torch.func.vmap(ExpV3.apply)(batch3)
+print("ExpV3 (generate_vmap_rule = True) under vmap: shape", tuple(batched.shape))
+assert torch.allclose(batched, batch3.exp())
+
+# %% [markdown]
 # ## 7. Checking a Function: `gradcheck` and `gradgradcheck` (梯度检查)
 #
 # A hand-written `backward` is easy to get wrong, and a wrong gradient does not crash: training just
@@ -705,9 +780,12 @@ for dtype in (torch.float32, torch.float64):
 # %% [markdown]
 # ### `once_differentiable`
 #
-# Decorating `backward` with `@once_differentiable` runs it with autograd switched off. That lets
-# backward use anything (even NumPy) and saves memory, at the price of **no double backward**.
-# The same `Square` with the decorator still passes `gradcheck` but fails `gradgradcheck`.
+# Decorating `backward` with `@once_differentiable` runs it with autograd switched off, so its result
+# cannot be differentiated again. Use it when `backward` is written with operations autograd cannot
+# follow (NumPy, a C extension, in-place tricks): it then marks the result so that a *second* backward
+# through it raises instead of computing nonsense. When `backward` is made of PyTorch operations, leave
+# it out: double backward then works for free. The same `Square` with the decorator still passes
+# `gradcheck` but fails `gradgradcheck`, whose message shows the second derivative it got: zeros.
 
 # %%
 class SquareOnce(Function):
@@ -728,8 +806,40 @@ try:
     torch.autograd.gradgradcheck(SquareOnce.apply, x)
 except RuntimeError as err:
     print("gradgradcheck(SquareOnce):", type(err).__name__, "-", str(err).splitlines()[0])
+    analytical = str(err).split("analytical:")[1].split("dtype")[0]
+    assert not any(ch in "123456789" for ch in analytical)  # every entry of the analytical matrix is 0
+    print("  the analytical second derivative it reports: all zeros")
 else:
     raise AssertionError("gradgradcheck should fail for a once-differentiable backward")
+
+# %% [markdown]
+# **It is not a safety net.** The decorator only raises when the *plain* `.backward()` walks into it. A gradient
+# penalty computed with `torch.autograd.grad(total, params)` (section 9) gets no error: the penalty's path through
+# the once-differentiable backward is silently skipped, and the gradient is that of the data term alone. With
+# $L = w \sum x_i^2 + \lVert \partial L_0/\partial x \rVert^2$ the true $dL/dw$ is $2.5 + 40 = 42.5$:
+
+# %%
+def penalty_gradient(square_fn):
+    """dL/dw for L = L0 + ||dL0/dx||^2 with L0 = w * sum(square_fn(x)), w = 2, x = [0.5, 1.5]."""
+    w = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    xs = torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True)
+    data_term = (w * square_fn(xs)).sum()
+    (dx,) = torch.autograd.grad(data_term, xs, create_graph=True)  # the penalty's inner gradient
+    total = data_term + dx.square().sum()
+    return total, w
+
+
+for fn in (Square, SquareOnce):
+    total, w = penalty_gradient(fn.apply)
+    (dw,) = torch.autograd.grad(total, [w])
+    print(f"{fn.__name__:10} autograd.grad -> dL/dw = {dw.item()}")
+total, w = penalty_gradient(SquareOnce.apply)
+try:
+    total.backward()
+except RuntimeError as err:
+    print(f"SquareOnce .backward()     -> {type(err).__name__}: {err}")
+assert torch.autograd.grad(*penalty_gradient(Square.apply))[0].item() == 42.5
+assert torch.autograd.grad(*penalty_gradient(SquareOnce.apply))[0].item() == 2.5  # the penalty term is lost
 
 # %% [markdown]
 # ### A 2-D convolution as a Function
@@ -761,7 +871,7 @@ class Conv2D(Function):
         return F.conv2d(X, weight)
 
     @staticmethod
-    @once_differentiable  # the default choice unless double backward is needed
+    @once_differentiable  # as in the notes; section "twice differentiable" below removes it
     def backward(ctx, grad_out):
         X, weight = ctx.saved_tensors
         return convolution_backward(grad_out, X, weight)
@@ -776,13 +886,16 @@ out = Conv2D.apply(X, weight)
 print("output shape:", tuple(out.shape))
 mine = torch.autograd.grad(out.sin().sum(), [X, weight])
 builtin = torch.autograd.grad(F.conv2d(X, weight).sin().sum(), [X, weight])
-assert all(torch.allclose(p, q) for p, q in zip(mine, builtin))
-print("gradients equal those of F.conv2d: True")
+for p, q in zip(mine, builtin):
+    torch.testing.assert_close(p, q, rtol=0, atol=1e-10)
+print("gradients (input, weight) shaped", [tuple(g.shape) for g in mine], "equal those of F.conv2d within 1e-10")
 
 # %% [markdown]
-# Asking for a second derivative through it raises a clear error, which is the point of the
-# decorator: without it, a backward made of non-differentiable steps could return a silently
-# wrong second derivative.
+# Asking for a second derivative through it with `.backward()` raises (with `autograd.grad` it could be
+# silently dropped, as shown above). Here the decorator is not even needed: `convolution_backward` is
+# made of `conv2d` and `conv_transpose2d`, which autograd can differentiate, so without it the Function
+# is twice differentiable and passes `gradgradcheck` (on smaller shapes, to keep the numerical check
+# quick).
 
 # %%
 out = Conv2D.apply(X, weight)
@@ -793,6 +906,23 @@ except RuntimeError as err:
     print(f"{type(err).__name__}: {err}")
 else:
     raise AssertionError("double backward through Conv2D should fail")
+
+
+class Conv2DTwice(Function):
+    @staticmethod
+    def forward(ctx, X, weight):
+        ctx.save_for_backward(X, weight)
+        return F.conv2d(X, weight)
+
+    @staticmethod
+    def backward(ctx, grad_out):  # no decorator: built from differentiable operations
+        X, weight = ctx.saved_tensors
+        return convolution_backward(grad_out, X, weight)
+
+
+small = (torch.rand(2, 2, 5, 5, dtype=torch.double, device=device, requires_grad=True),
+         torch.rand(3, 2, 3, 3, dtype=torch.double, device=device, requires_grad=True))
+print("gradgradcheck(Conv2DTwice):", torch.autograd.gradgradcheck(Conv2DTwice.apply, small))
 
 # %% [markdown]
 # ## 8. `backward` versus `autograd.grad`
@@ -1032,6 +1162,144 @@ for params_given, get_params in param_choices.items():
     assert changed == ["fc"]
 
 # %% [markdown]
+# **Frozen is not the same as unchanged.** The check above compares *parameters*. A ResNet also has
+# BatchNorm layers, whose running mean and variance are *buffers*, not parameters: in train mode (the default)
+# every forward pass updates them, frozen or not. A "frozen" backbone fine-tuned in train mode drifts away from
+# its pretrained statistics. The fix is to put the frozen part in eval mode: `model.eval()` for a frozen
+# backbone, or, when the head has layers that need train mode, `model.train()` followed by `backbone.eval()`
+# each epoch (`model.train()` switches every sub-module back).
+
+# %%
+bn = model.bn1  # the first BatchNorm of the frozen backbone
+for mode in ("train", "eval"):
+    getattr(model, mode)()
+    before = bn.running_mean.clone()
+    with torch.no_grad():
+        model(images)
+    moved = (bn.running_mean - before).abs().max().item()
+    print(f"model.{mode}(): running_mean of bn1 changed by a frozen forward pass: {moved > 0}")
+    assert (moved > 0) == (mode == "train")
+assert not bn.weight.requires_grad  # its parameters are frozen all along
+
+# %% [markdown]
+# ## 11. From NumPy to `nn` and `optim`: one network, five times
+#
+# The notes open their autograd chapter with PyTorch's classic "Learning PyTorch with Examples": a two-layer
+# network $\hat y = \mathrm{ReLU}(x W_1) W_2$ fitted to random data with the squared error, written five times.
+# Each version replaces one piece of hand-written code by PyTorch, and nothing else changes: same data, same
+# initial weights, same learning rate (学习率), so the five loss curves must be the same curve.
+#
+# 1. **NumPy**: forward pass, the gradients written out with the chain rule (backpropagation by hand), update.
+# 2. **Tensors**: the same code with `torch` instead of `np` (this is what runs on a GPU).
+# 3. **Autograd**: `loss.backward()` replaces the five lines of hand-written gradients.
+# 4. **`nn`**: `nn.Sequential(nn.Linear, nn.ReLU, nn.Linear)` and `nn.MSELoss(reduction="sum")` replace the
+#    weights and the formulas (`nn.Linear` stores $W^\top$, shape (out, in); bias off to match).
+# 5. **`optim`**: `optimizer.step()` and `zero_grad()` replace the update loop. The notes use Adam here; plain
+#    SGD keeps the curve identical to the others, and Adam would be a one-line change.
+#
+# Float64 everywhere, so that the only differences are the summation orders of NumPy's and PyTorch's matrix
+# products.
+
+# %%
+N, D_in, H, D_out, STEPS, LR = 64, 100, 32, 10, 50, 1e-3
+rng = np.random.default_rng(0)
+x_np, y_np = rng.standard_normal((N, D_in)), rng.standard_normal((N, D_out))
+w1_init, w2_init = rng.standard_normal((D_in, H)) / 10, rng.standard_normal((H, D_out)) / 10
+curves = {}
+
+# 1. NumPy, gradients by hand
+w1, w2 = w1_init.copy(), w2_init.copy()
+curves["1 NumPy"] = []
+for _ in range(STEPS):
+    h = x_np @ w1
+    h_relu = np.maximum(h, 0)
+    y_pred = h_relu @ w2
+    curves["1 NumPy"].append(float(np.square(y_pred - y_np).sum()))
+    grad_y_pred = 2.0 * (y_pred - y_np)
+    grad_w2 = h_relu.T @ grad_y_pred
+    grad_h = grad_y_pred @ w2.T
+    grad_h[h < 0] = 0  # ReLU passes the gradient only where its input was positive
+    grad_w1 = x_np.T @ grad_h
+    w1 -= LR * grad_w1
+    w2 -= LR * grad_w2
+
+# 2. Tensors, gradients by hand
+xt, yt = torch.from_numpy(x_np), torch.from_numpy(y_np)
+w1, w2 = torch.tensor(w1_init), torch.tensor(w2_init)
+curves["2 tensors"] = []
+for _ in range(STEPS):
+    h = xt @ w1
+    h_relu = h.clamp(min=0)
+    y_pred = h_relu @ w2
+    curves["2 tensors"].append((y_pred - yt).pow(2).sum().item())
+    grad_y_pred = 2.0 * (y_pred - yt)
+    grad_w2 = h_relu.T @ grad_y_pred
+    grad_h = grad_y_pred @ w2.T
+    grad_h[h < 0] = 0
+    w1 -= LR * (xt.T @ grad_h)
+    w2 -= LR * grad_w2
+
+# 3. Autograd
+w1 = torch.tensor(w1_init, requires_grad=True)
+w2 = torch.tensor(w2_init, requires_grad=True)
+curves["3 autograd"] = []
+for _ in range(STEPS):
+    loss = ((xt @ w1).clamp(min=0) @ w2 - yt).pow(2).sum()
+    curves["3 autograd"].append(loss.item())
+    loss.backward()
+    with torch.no_grad():  # the update must not be recorded
+        w1 -= LR * w1.grad
+        w2 -= LR * w2.grad
+        w1.grad = w2.grad = None
+
+
+# 4. nn, update by hand; 5. nn and optim
+def two_layer_net():
+    net = nn.Sequential(nn.Linear(D_in, H, bias=False), nn.ReLU(), nn.Linear(H, D_out, bias=False)).double()
+    with torch.no_grad():
+        net[0].weight.copy_(torch.from_numpy(w1_init.T))
+        net[2].weight.copy_(torch.from_numpy(w2_init.T))
+    return net
+
+
+loss_fn = nn.MSELoss(reduction="sum")
+net = two_layer_net()
+curves["4 nn"] = []
+for _ in range(STEPS):
+    loss = loss_fn(net(xt), yt)
+    curves["4 nn"].append(loss.item())
+    net.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for param in net.parameters():
+            param -= LR * param.grad
+
+net = two_layer_net()
+optimizer = torch.optim.SGD(net.parameters(), lr=LR)
+curves["5 optim"] = []
+for _ in range(STEPS):
+    loss = loss_fn(net(xt), yt)
+    curves["5 optim"].append(loss.item())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+for name, curve in curves.items():
+    print(f"{name:10} loss at step 0: {curve[0]:8.2f}   at step {STEPS - 1}: {curve[-1]:8.2f}")
+reference = np.array(curves["1 NumPy"])
+for name, curve in curves.items():
+    np.testing.assert_allclose(curve, reference, rtol=1e-9)  # the same curve, five times
+assert reference[-1] < reference[0] / 2
+for name, curve in curves.items():
+    plt.plot(curve, label=name, lw=4 if name.startswith("1") else 1.5)
+plt.yscale("log")
+plt.xlabel("step")
+plt.ylabel("squared error")
+plt.title("Five implementations, one loss curve")
+plt.legend()
+plt.show()
+
+# %% [markdown]
 # ## Summary
 #
 # * `y.backward()` on a scalar fills `.grad` of the leaves (叶子节点). On a non-scalar it needs
@@ -1040,13 +1308,19 @@ for params_given, get_params in param_choices.items():
 # * `torch.autograd.grad` returns gradients instead of accumulating them; with `create_graph=True`
 #   they can be differentiated again (second derivatives, gradient penalties). Several outputs are
 #   summed.
-# * The graph's saved values are freed after a backward pass (`retain_graph=True` keeps them), and
-#   `.grad` accumulates (the chain rule's sum): zero it each step (`zero_grad()` sets `None`), or use
+# * Within one backward pass the engine sums the gradients reaching a tensor along several paths (the
+#   chain rule's sum) in its input buffer, then runs `AccumulateGrad` once. The graph's saved values are
+#   freed after a backward pass (`retain_graph=True` keeps them), and `.grad` accumulates *across* passes:
+#   zero it each step (`zero_grad()` sets `None`), or use
 #   accumulation on purpose for micro-batches.
 # * `Variable` is gone (every tensor has `requires_grad`); prefer `.detach()` to `.data`.
 # * A custom `Function` has `forward`/`backward` static methods, saves tensors with
 #   `save_for_backward` and other values on `ctx`, returns one gradient per input (`None` for
 #   non-tensors), and can skip work with `ctx.needs_input_grad`. The `setup_context` style is needed
-#   for `torch.func` transforms. Always verify with `gradcheck` (and `gradgradcheck`) in float64;
-#   `@once_differentiable` forbids double backward.
-# * Freezing (`requires_grad=False`) removes parameters from the graph: no gradient, no update.
+#   for `torch.func` transforms, plus `generate_vmap_rule = True` for `vmap`. Always verify with
+#   `gradcheck` (and `gradgradcheck`) in float64. `@once_differentiable` is for backwards written outside
+#   autograd: `.backward()` through it raises, but `autograd.grad` can silently drop a second-order term.
+# * One network written five times (NumPy, tensors, autograd, `nn`, `optim`) gives one loss curve: each
+#   PyTorch layer replaces hand-written code, not the mathematics.
+# * Freezing (`requires_grad=False`) removes parameters from the graph: no gradient, no update. BatchNorm's
+#   running statistics are buffers and still change in train mode: put a frozen backbone in `eval()`.
