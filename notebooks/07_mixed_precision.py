@@ -14,7 +14,7 @@
 #
 # **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`.
 #
-# **Study time:** about 45 min. **Run time:** 45 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 45 min. **Run time:** 40 s on the 2-core course machine (one thread, measured by
 # `make execute`), an AVX2 CPU without bfloat16 instructions, where bfloat16 is emulated and the autocast run of
 # section 5 alone takes about 30 s. On a CPU with bfloat16 instructions (AVX-512 BF16, AMX) the whole notebook takes
 # about 10 s, most of it importing PyTorch.
