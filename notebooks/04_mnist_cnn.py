@@ -8,7 +8,8 @@
 # 2. the data API: a custom `Dataset` (数据集), every `DataLoader` (数据加载器) argument, the built-in samplers
 #    (采样器) and a custom batch sampler, worker processes, and `transforms.v2`;
 # 3. why holding MNIST as tensors is much faster than decoding one PIL image at a time;
-# 4. the notes' models, their shapes printed with forward hooks, and the notes' bug of a `softmax` before
+# 4. what a convolution computes (kernel, stride, padding, channels, pooling, the output-size formula), then
+#    the notes' models, their shapes predicted by the formula and printed with forward hooks, and the notes' bug of a `softmax` before
 #    `CrossEntropyLoss`;
 # 5. one training step written out by hand, then the training loop itself: epochs, `train()`/`eval()`,
 #    `torch.no_grad()`, a validation split watched during training and a test set used once: a lean CNN reaches
@@ -17,7 +18,7 @@
 #
 # **Before this notebook.** Notebooks 01–03: tensors, autograd, `nn.Module`, optimizers, and hooks.
 #
-# **Study time:** about 75 min. **Run time:** 70 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 75 min. **Run time:** 95 s on the 2-core course machine (one thread, measured by
 # `make execute`), of which about half is training the course model (three epochs on one thread; more when other
 # programs share the cores).
 #
@@ -516,6 +517,73 @@ else:
 # %% [markdown]
 # ## 10. The notes' models, layer by layer with forward hooks
 #
+# ### First, what a convolution computes
+#
+# A 2-D convolution slides a small **convolution kernel (卷积核)**, e.g. 3×3 numbers, over the image; at each
+# position it multiplies the kernel with the patch under it, element by element, and sums: one output number per
+# position. (Deep learning's "convolution" does not flip the kernel: it is a cross-correlation.) Four settings
+# decide the output size:
+#
+# * **kernel size** $k$; **stride (步长)** $s$, how far the kernel moves per step; **padding** $p$, zeros added
+#   around the border; for an input of size $n$ the output has
+#   $$\left\lfloor \frac{n + 2p - k}{s} \right\rfloor + 1$$
+#   positions per side (a 3×3 kernel with stride 1 and no padding turns 28 into 26).
+# * **channels**: a `Conv2d(c_in, c_out, k)` has `c_out` kernels, each of shape `c_in × k × k`; each output channel
+#   sums over all input channels. Its parameters are $c_{out} \cdot c_{in} \cdot k^2$ weights plus $c_{out}$ biases.
+# * **weight sharing**: the same kernel is used at every position, so the parameter count does not depend on the
+#   image size, and a pattern is detected wherever it appears.
+# * **pooling (池化)**: `MaxPool2d(2)` keeps the largest value of each 2×2 block (kernel 2, stride 2: the same
+#   formula halves 26 to 13, rounding down 11 to 5).
+
+# %%
+image = torch.arange(25.0).view(1, 1, 5, 5)
+kernel = torch.tensor([[[[1.0, 0.0, -1.0]] * 3]])  # 3x3, responds to left-right changes
+out = F.conv2d(image, kernel)
+by_hand = torch.tensor([[(image[0, 0, i:i + 3, j:j + 3] * kernel[0, 0]).sum() for j in range(3)] for i in range(3)])
+print("input 5x5 -> output", tuple(out.shape[-2:]), "| by hand:", by_hand.tolist())
+assert torch.equal(out[0, 0], by_hand)
+
+
+def conv_out(n, k, s=1, p=0):
+    """Output size of a convolution or pooling along one side."""
+    return (n + 2 * p - k) // s + 1
+
+
+for (k, s_, p_) in [(3, 1, 0), (3, 1, 1), (3, 2, 1), (2, 2, 0)]:
+    got = F.conv2d(torch.zeros(1, 1, 28, 28), torch.zeros(1, 1, k, k), stride=s_, padding=p_).shape[-1]
+    print(f"n=28, k={k}, s={s_}, p={p_}: formula {conv_out(28, k, s_, p_)}, conv2d gives {got}")
+    assert got == conv_out(28, k, s_, p_)
+conv = nn.Conv2d(1, 32, 3)
+print("Conv2d(1, 32, 3) parameters:", sum(q.numel() for q in conv.parameters()), "= 32*1*3*3 + 32, for any image size")
+assert sum(q.numel() for q in conv.parameters()) == 32 * 1 * 3 * 3 + 32
+
+# Predicting the notes' models before running them (the hooks below check):
+# Net:    28 -conv3-> 26 -pool-> 13 -conv3-> 11 -pool-> 5 -conv3-> 3, with 64 channels
+# CNNnet: 28 -conv3-> 26 -conv3-> 24 -pool-> 12, with 64 channels
+side_net = conv_out(conv_out(conv_out(conv_out(conv_out(28, 3), 2, 2), 3), 2, 2), 3)
+side_cnn = conv_out(conv_out(conv_out(28, 3), 3), 2, 2)
+predicted = {"Net flatten": 64 * side_net**2, "CNNnet flatten": 64 * side_cnn**2}
+print("predicted flattened sizes:", predicted)
+assert predicted == {"Net flatten": 576, "CNNnet flatten": 9216}
+
+fig, axes = plt.subplots(1, 3, figsize=(9, 3))
+for ax, (k, s_, p_) in zip(axes, [(3, 1, 0), (3, 1, 1), (3, 2, 1)]):
+    n = 5 + 2 * p_
+    for i in range(n):
+        for j in range(n):
+            pad = not (p_ <= i < n - p_ and p_ <= j < n - p_)
+            ax.add_patch(plt.Rectangle((j, n - 1 - i), 1, 1, fill=True, fc="#eeeeee" if pad else "white", ec="gray"))
+    for start, colour in ((0, "C0"), (s_, "C1")):  # the first two positions of the kernel
+        ax.add_patch(plt.Rectangle((start, n - k), k, k, fill=False, ec=colour, lw=2.5))
+    ax.set_title(f"k={k}, s={s_}, p={p_}: 5 -> {conv_out(5, k, s_, p_)}", fontsize=10)
+    ax.set(xlim=(-0.2, n + 0.2), ylim=(-0.2, n + 0.2), aspect="equal")
+    ax.axis("off")
+fig.suptitle("A 3x3 kernel on a 5x5 input: first two positions (blue, orange); grey cells are padding", fontsize=10)
+plt.show()
+
+# %% [markdown]
+# ### The notes' models
+#
 # The notes' `CNNnet` has a `print(x.shape)` after every line of `forward`: it clutters every later call and
 # has to be deleted again. A **forward hook** (notebook 03) does the same from outside, on any model, and is
 # removed afterwards. Hooks see modules, so `F.relu` and `F.max_pool2d` calls do not appear; their effect
@@ -589,12 +657,14 @@ _, n_net = shape_report(net, random_data)
 print("CNNnet:")
 out, n_cnn = shape_report(cnn, random_data)
 assert out.shape == (100, 10) and (n_net, n_cnn) == (93_322, 1_199_882) and n_cnn / n_net > 12.8
+assert (net.dense1.in_features, cnn.fc1.in_features) == (predicted["Net flatten"], predicted["CNNnet flatten"])
 assert not any(m._forward_hooks for m in [*net.modules(), *cnn.modules()]), "the hooks were removed"
 
 # %% [markdown]
 # Two smaller slips in the notes' `CNNnet`: the comment after `dropout2` says `[100, 10]` but the shape there
 # is `[100, 128]` (the hook output above shows it); and `nn.Dropout2d` on that flat `[N, 128]` tensor is
-# deprecated. `Dropout2d` zeroes whole *channels* of a `[N, C, H, W]` feature map; on a flat vector use
+# deprecated. Dropout (丢弃法) zeroes random values during training (section 13); `Dropout2d` zeroes whole
+# *channels* of a `[N, C, H, W]` feature map; on a flat vector use
 # `nn.Dropout`. Note also where `CNNnet`'s 1.2 million parameters are: 98% of them in `fc1` (9216 × 128),
 # because it flattens a large 12×12×64 map. `Net` pools more and needs 13 times fewer.
 
@@ -612,7 +682,8 @@ print("fc1 holds", f"{CNNnet().fc1.weight.numel() / n_cnn:.0%}", "of CNNnet's pa
 # %% [markdown]
 # ## 11. The notes' bug: `softmax` before `CrossEntropyLoss`
 #
-# `nn.CrossEntropyLoss` expects raw scores, **logits**: it applies `log_softmax` itself and then takes the
+# `nn.CrossEntropyLoss` (the cross-entropy loss, 交叉熵损失) expects raw scores, **logits** (未归一化的对数几率): it
+# applies `log_softmax` itself and then takes the
 # negative log-probability of the right class (`nll_loss`). The notes' `Net` returns `softmax(x)`, so the loss
 # applies a second softmax to numbers in [0, 1]. Two consequences:
 #
