@@ -20,7 +20,7 @@
 # **Before this notebook.** Notebook 01 (creating tensors, shapes, dtypes, `requires_grad` as an
 # attribute). Calculus at the level of the chain rule and partial derivatives.
 #
-# **Study time:** about 60 min. **Run time:** 20 s on the 2-core course machine (one thread, measured
+# **Study time:** about 60 min. **Run time:** 25 s on the 2-core course machine (one thread, measured
 # by `make execute`), most of it importing PyTorch. The slowest cells are the numerical gradient check of the convolution and the three short training runs
 # with a gradient penalty (1–2 s each).
 #
@@ -871,7 +871,7 @@ class Conv2D(Function):
         return F.conv2d(X, weight)
 
     @staticmethod
-    @once_differentiable  # as in the notes; section "twice differentiable" below removes it
+    @once_differentiable  # as in the notes; Conv2DTwice below does without it
     def backward(ctx, grad_out):
         X, weight = ctx.saved_tensors
         return convolution_backward(grad_out, X, weight)
@@ -908,12 +908,7 @@ else:
     raise AssertionError("double backward through Conv2D should fail")
 
 
-class Conv2DTwice(Function):
-    @staticmethod
-    def forward(ctx, X, weight):
-        ctx.save_for_backward(X, weight)
-        return F.conv2d(X, weight)
-
+class Conv2DTwice(Conv2D):  # the same forward
     @staticmethod
     def backward(ctx, grad_out):  # no decorator: built from differentiable operations
         X, weight = ctx.saved_tensors
