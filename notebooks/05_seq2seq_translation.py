@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 05 · Translation with a sequence-to-sequence network and attention (基于注意力的机器翻译)
 #
-# The notes end with PyTorch's classic tutorial: a GRU **encoder** reads a French sentence, a GRU **decoder** writes
+# The notes end with PyTorch's classic tutorial: a GRU **encoder (编码器)** reads a French sentence, a GRU **decoder (解码器)** writes
 # the English one word by word, and **attention (注意力机制)** lets the decoder look back at the source words. This
 # notebook rebuilds it so that it runs offline in minutes and so that the attention is worth looking at:
 #
