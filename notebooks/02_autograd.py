@@ -20,7 +20,7 @@
 # **Before this notebook.** Notebook 01 (creating tensors, shapes, dtypes, `requires_grad` as an
 # attribute). Calculus at the level of the chain rule and partial derivatives.
 #
-# **Study time:** about 60 min. **Run time:** 25 s on the 2-core course machine (one thread, measured
+# **Study time:** about 60 min. **Run time:** 15 s on the 2-core course machine (one thread, measured
 # by `make execute`), most of it importing PyTorch. The slowest cells are the numerical gradient check of the convolution and the three short training runs
 # with a gradient penalty (1–2 s each).
 #

@@ -22,7 +22,7 @@
 #   BLEU (clipped n-gram precision) and exact match, attention heat maps, and where the model still fails.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 90 min. **Run time:** 180 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 90 min. **Run time:** 200 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training two models for 3 epochs each. **On a GPU:** the same code runs on `cuda` and trains
 # faster, though these small step-by-step decoders keep a GPU far from busy; stored outputs come from the CPU.
 

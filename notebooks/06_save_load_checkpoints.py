@@ -13,7 +13,7 @@
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 45 min. **Run time:** 10 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 45 min. **Run time:** 15 s on the 2-core course machine (one thread, measured by
 # `make execute`; more on a busy machine), most of it spent importing PyTorch, in `torch.export`, and in a child Python process that we kill on purpose.
 #
 # **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would

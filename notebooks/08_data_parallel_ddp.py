@@ -20,7 +20,7 @@
 # **Before this notebook.** A training loop with an optimizer (notebooks 02–05) and saving/loading a
 # `state_dict` (notebook 06). No GPU is needed: every distributed program here runs as real processes on the CPU.
 #
-# **Study time:** about 60 min. **Run time:** 75 s on the 2-core course machine (measured by `make execute`;
+# **Study time:** about 60 min. **Run time:** 80 s on the 2-core course machine (measured by `make execute`;
 # about 100 s of CPU time). Almost all of it is starting
 # processes: the six launches run seven `torchrun` agents and 14 workers (16 with the restart of section 7), and
 # each of them imports PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
