@@ -2,10 +2,19 @@
 # # 01 · Tensors (张量)
 #
 # A tensor is PyTorch's n-dimensional array: the numbers a model reads, computes with and learns. This notebook
-# teaches how to create tensors and the everyday operations on them (reductions, joining, indexing), what their
-# types and shapes are, how a shape is laid over memory (storage and strides, views and copies), how they share
-# memory with NumPy and images, how shapes combine in arithmetic (broadcasting, matrix products), and how to move
-# them to a GPU.
+# first teaches the everyday operations a NumPy user looks for, then the places where tensors behave differently
+# from what one expects.
+#
+# **You will learn to:**
+# - create tensors from data or by shape (`zeros`, `arange`, `rand`, `*_like`, ...) with the `dtype` and
+#   `device` you want, and know which dtype PyTorch infers;
+# - reduce (`sum(dim=..., keepdim=...)`), join (`cat`, `stack`), reorder (`permute`, `unsqueeze`) and index
+#   tensors, and tell when an index gives a view and when a copy;
+# - read how a shape is laid over memory (storage and strides) and predict when `view` works, when `reshape`
+#   copies, and why `.contiguous().view()` is not the same as `reshape`;
+# - share memory with NumPy and images knowingly (which conversions copy and which do not);
+# - broadcast, multiply matrices, compare floats, name dimensions with einops, and move tensors to an
+#   accelerator (`torch.accelerator`).
 #
 # **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 10 s on the 2-core
 # course machine (one thread, measured by `make execute`).
@@ -13,8 +22,7 @@
 #
 # The course follows a teacher's study notes written for PyTorch 1.x. Where the notes use APIs that are gone
 # or misleading today (legacy constructors such as `torch.IntTensor`, named tensors, `torch.set_default_tensor_type`)
-# this notebook says so and shows the current way.
-
+# or explain a mechanism wrongly (why `view` fails after a transpose), this notebook says so and shows why.
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
@@ -27,7 +35,41 @@ seed_everything(0)
 print("torch", torch.__version__.split("+")[0])
 
 # %% [markdown]
-# ## 1. Data types (数据类型)
+# ## 1. Creating tensors (创建张量)
+#
+# `torch.tensor(data)` copies Python lists (or a NumPy array) into a new tensor. Most tensors, though, are made by
+# shape: `zeros`, `ones`, `full` (one value everywhere), `arange` (a range, end excluded, like `range()`),
+# `linspace` (a number of evenly spaced points, both ends included), `eye` (the identity matrix), `rand` (uniform
+# in [0, 1)) and `randn` (standard normal). Every creation function takes `dtype=` and `device=` (create a tensor
+# where it will be used rather than moving it later), and each has a `*_like` twin that copies shape, dtype and
+# device from another tensor. `empty` only allocates: its values are whatever was in memory, so write before you
+# read.
+
+# %%
+made = {
+    "torch.zeros(2, 3)": torch.zeros(2, 3),
+    "torch.ones(2, dtype=torch.int64)": torch.ones(2, dtype=torch.int64),
+    "torch.full((2,), 7.0)": torch.full((2,), 7.0),
+    "torch.arange(0, 10, 3)": torch.arange(0, 10, 3),  # end excluded, like range()
+    "torch.linspace(0, 1, 5)": torch.linspace(0, 1, 5),  # 5 points, both ends included
+    "torch.eye(2)": torch.eye(2),
+}
+for name, t in made.items():
+    print(f"{name:33} {t.dtype}  {t.tolist()}")
+g = torch.Generator().manual_seed(0)
+u, n = torch.rand(1000, generator=g), torch.randn(1000, generator=g)  # uniform [0, 1) and standard normal
+like = torch.zeros_like(n, dtype=torch.int32)
+print(f"rand: min {u.min():.4f} max {u.max():.4f} | randn: mean {n.mean():.1f} std {n.std():.1f} | "
+      f"zeros_like: shape {tuple(like.shape)}, {like.dtype}")
+assert 0 <= u.min() and u.max() < 1 and abs(n.mean()) < 0.1 and abs(n.std() - 1) < 0.1
+assert torch.empty(2, 3).shape == (2, 3)  # allocated, not initialised: never read before writing
+half = torch.zeros(2, 3, dtype=torch.float16, device="cpu")  # section 11 picks a GPU when there is one
+print("zeros(2, 3, dtype=torch.float16, device='cpu'):", half.dtype, half.device,
+      "| ones_like keeps both:", torch.ones_like(half).dtype, torch.ones_like(half).device)
+assert torch.ones_like(half).dtype == torch.float16 and torch.ones_like(half).device == half.device
+
+# %% [markdown]
+# ## 2. Data types (数据类型)
 #
 # Every tensor has one `dtype`. They map almost one-to-one onto NumPy's dtypes (there is no string tensor).
 # Neural networks compute in `float32` by default; `int64` ("long") is the type of class labels and indices;
@@ -91,7 +133,7 @@ print("default dtype:", torch.get_default_dtype())
 assert torch.get_default_dtype() == torch.float32
 
 # %% [markdown]
-# ## 2. Dimensions and shapes (维度与尺寸)
+# ## 3. Dimensions and shapes (维度与尺寸)
 #
 # The number of dimensions is the number of nested brackets: a scalar is 0-D, a vector 1-D, a matrix 2-D, a colour
 # image 3-D (channels, height, width), a batch of images or a video 4-D (frames, channels, height, width).
@@ -110,37 +152,10 @@ for name, t in examples.items():
     print(f"{name:20} dim={t.dim()} shape={tuple(t.shape)} numel={t.numel()}")
 
 # %% [markdown]
-# ### Creating tensors
-#
-# Besides `torch.tensor(data)`, which copies Python or NumPy data, tensors are made by shape. Every creation
-# function takes `dtype=` and `device=` (create the tensor where it will be used rather than moving it later), and
-# each has a `*_like` twin that copies shape, dtype and device from another tensor. `empty` only allocates: its
-# values are whatever was in memory, so fill it before reading it.
-
-# %%
-made = {
-    "torch.zeros(2, 3)": torch.zeros(2, 3),
-    "torch.ones(2, dtype=torch.int64)": torch.ones(2, dtype=torch.int64),
-    "torch.full((2,), 7.0)": torch.full((2,), 7.0),
-    "torch.arange(0, 10, 3)": torch.arange(0, 10, 3),  # end excluded, like range()
-    "torch.linspace(0, 1, 5)": torch.linspace(0, 1, 5),  # 5 points, both ends included
-    "torch.eye(2)": torch.eye(2),
-}
-for name, t in made.items():
-    print(f"{name:33} {t.dtype}  {t.tolist()}")
-g = torch.Generator().manual_seed(0)
-u, n = torch.rand(1000, generator=g), torch.randn(1000, generator=g)  # uniform [0, 1) and standard normal
-like = torch.zeros_like(n, dtype=torch.int32)
-print(f"rand: min {u.min():.2f} max {u.max():.2f} | randn: mean {n.mean():.1f} std {n.std():.1f} | "
-      f"zeros_like: shape {tuple(like.shape)}, {like.dtype}")
-assert 0 <= u.min() and u.max() < 1 and abs(n.mean()) < 0.1 and abs(n.std() - 1) < 0.1
-assert torch.empty(2, 3).shape == (2, 3)  # allocated, not initialised: never read before writing
-
-# %% [markdown]
 # ### Reductions, joining and reordering dimensions
 #
 # A **reduction (归约)** (`sum`, `mean`, `max`, `argmax`, ...) over `dim=d` removes dimension `d`; `keepdim=True`
-# keeps it with size 1, so that the result still broadcasts against the input (section 5), e.g. to subtract
+# keeps it with size 1, so that the result still broadcasts (广播, section 7) against the input, e.g. to subtract
 # each row's mean. `cat` joins tensors along an existing dimension, `stack` along a new one. `unsqueeze(d)` adds a
 # dimension of size 1, `squeeze(d)` removes one, `permute` reorders all of them.
 
@@ -160,71 +175,160 @@ assert m.sum(dim=0).tolist() == [3.0, 5.0, 7.0] and m.sum(dim=1).tolist() == [3.
 assert torch.stack([m, m]).shape == (2, 2, 3) and torch.cat([m, m], dim=1).shape == (2, 6)
 
 # %% [markdown]
-# ### `view` and `reshape`, and contiguity (连续性)
+# ### Indexing (索引) and boolean masks (布尔掩码)
 #
-# A tensor is a flat block of memory, its **storage (存储)**, plus a shape and **strides (步长)**: how many elements
-# to skip in the storage to move one step along each dimension. Element `[i, j]` of a matrix lives at
-# `i * stride[0] + j * stride[1]`. A **view (视图)** is a tensor that shares another's storage with its own shape
-# and strides; `view` makes one without copying. `-1` lets PyTorch infer one dimension.
+# Indexing works as in NumPy: an integer or a slice `start:stop:step` per dimension, `...` for all the remaining
+# dimensions, `None` to insert a dimension of size 1. A list (or tensor) of indices picks arbitrary rows, and a
+# **boolean mask** (a `bool` tensor of the same shape, usually the result of a comparison) picks the elements
+# where it is `True`, always as a 1-D tensor. `torch.where(mask, a, b)` chooses element-wise instead.
+
+# %%
+x = torch.arange(12).view(3, 4)
+print(x)
+print("x[1] =", x[1].tolist(), "| x[:, 1] =", x[:, 1].tolist(), "| x[1, -1] =", x[1, -1].item(),
+      "| x[::2, 1:3] =", x[::2, 1:3].tolist())
+print("x[..., 0].shape =", tuple(x[..., 0].shape), "| x[None].shape =", tuple(x[None].shape))
+print("x[[0, 2]] =", x[[0, 2]].tolist(), "| x[x % 5 == 0] =", x[x % 5 == 0].tolist())
+print("torch.where(x > 8, x, -1) =", torch.where(x > 8, x, -1).tolist())
+assert x[1, -1] == 7 and x[::2, 1:3].tolist() == [[1, 2], [9, 10]] and x[x % 5 == 0].tolist() == [0, 5, 10]
+
+# %% [markdown]
+# **Views and copies.** *Basic indexing (基本索引)* (integers, slices, `None`, `...`) returns a **view (视图)**: a
+# new tensor on the *same memory* as the original, so writing into it writes into the original (section 4 shows
+# how a view describes its elements without copying them). *Advanced indexing (高级索引)* (a list or tensor of
+# indices, or a mask) picks arbitrary elements and returns a **copy**. Assigning *through* advanced indexing,
+# `x[mask] = 0`, does write into `x`: that is an in-place `index_put_`, not a read followed by a write.
+#
+# The notes' `x[[0, 2], None]` mixes both: rows 0 and 2 (a copy), then a new dimension of size 1. The notes call it
+# the same as `x[[0, 2]].view(-1, 1)`, which holds for their 1-D `x = torch.tensor([1, 2, 3])`; for any `x` it is
+# `x[[0, 2]].unsqueeze(1)`.
+
+# %%
+x = torch.arange(12.0).view(3, 4)
+
+
+def kind(t):  # does t use the same memory block (storage, section 4) as x?
+    return "view" if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() else "copy"
+
+
+indexed = {"x[1]": x[1], "x[:, 1:3]": x[:, 1:3], "x[None, ..., 0]": x[None, ..., 0],
+           "x[[0, 2]]": x[[0, 2]], "x[x > 6]": x[x > 6], "x[[0, 2], None]": x[[0, 2], None]}
+for expr, t in indexed.items():
+    print(f"{expr:16} shape {str(tuple(t.shape)):10} {kind(t)}")
+assert [kind(t) for t in indexed.values()] == ["view"] * 3 + ["copy"] * 3
+row, picked = x[1], x[[0, 2]]
+row[0] = -1.0  # writes into x
+picked[0, 0] = -2.0  # does not
+x[x > 6] = 0.0  # assignment through a mask writes into x
+print("x after the writes:", x.tolist())
+assert x[1, 0] == -1.0 and x[0, 0] == 0.0 and picked[0, 0] == -2.0 and (x <= 6).all()
+
+v = torch.tensor([1, 2, 3])  # the notes' example
+print("notes: x[[0, 2], None] =", v[[0, 2], None].tolist(), "| on a 2-D x it has shape",
+      tuple(x[[0, 2], None].shape), "while x[[0, 2]].view(-1, 1) has shape", tuple(x[[0, 2]].view(-1, 1).shape))
+assert torch.equal(v[[0, 2], None], v[[0, 2]].view(-1, 1))
+assert torch.equal(x[[0, 2], None], x[[0, 2]].unsqueeze(1)) and x[[0, 2]].view(-1, 1).shape == (8, 1)
+
+# %% [markdown]
+# ## 4. Memory layout: storage, strides, views (存储、步长与视图)
+#
+# A tensor is a flat block of memory, its **storage (存储)**, plus an offset, a shape and **strides (步长)**: how many
+# elements to skip in the storage to move one step along each dimension. Element `[i, j]` of a matrix lives at
+# `offset + i * stride[0] + j * stride[1]`. A **view (视图)** is a tensor on another's storage with its own offset,
+# shape and strides; `view(shape)` makes one without copying (`-1` lets PyTorch infer one dimension). Basic indexing
+# is a view for the same reason: `m34[1]` is offset 4 with stride `(1,)`, the column `m34[:, 1]` offset 1 with
+# stride `(4,)`.
 
 # %%
 vector = torch.arange(12)
 m34 = vector.view(3, 4)
 m43 = vector.view(4, -1)
-print(m34, m34.stride())
-print(m43.shape, m43.stride())
-assert m34.data_ptr() == vector.data_ptr()  # same memory, no copy
+print(m34, "strides", m34.stride())
+print("view(4, -1): shape", tuple(m43.shape), "strides", m43.stride())
+print("m34[1]: offset", m34[1].storage_offset(), "strides", m34[1].stride(),
+      "| m34[:, 1]: offset", m34[:, 1].storage_offset(), "strides", m34[:, 1].stride())
+assert m34.untyped_storage().data_ptr() == vector.untyped_storage().data_ptr()  # same memory, no copy
 assert m34[2, 1] == vector[2 * m34.stride(0) + 1 * m34.stride(1)]
+assert (m34[1].storage_offset(), m34[1].stride()) == (4, (1,))
+assert (m34[:, 1].storage_offset(), m34[:, 1].stride()) == (1, (4,))
 
-fig, ax = plt.subplots(figsize=(7, 2.2))
-for k in range(12):  # the storage, one row of cells, coloured by the row of m34 each element belongs to
-    ax.add_patch(plt.Rectangle((k, 1.4), 1, 0.8, color=f"C{k // 4}", alpha=0.35))
-    ax.text(k + 0.5, 1.8, str(k), ha="center", va="center")
-    i, j = divmod(k, 4)
-    ax.add_patch(plt.Rectangle((j + 3.5, -i * 0.45), 1, 0.4, color=f"C{i}", alpha=0.35))
-    ax.text(j + 4, -i * 0.45 + 0.2, str(vector[k].item()), ha="center", va="center", fontsize=8)
-ax.text(-0.2, 1.8, "storage", ha="right", va="center")
-ax.text(3.3, -0.25, "m34 = view(3, 4)\nstrides (4, 1)", ha="right", va="center", fontsize=8)
-ax.set(xlim=(-2, 12.5), ylim=(-1.2, 2.4))
-ax.axis("off")
-ax.set_title("One storage, seen as a 3x4 matrix: one step down a row skips 4 elements, one step right skips 1")
+# %% [markdown]
+# ### Transpose and contiguity (转置与连续性)
+#
+# The notes say that a transpose "twists the storage", so that `view` fails afterwards, and that `reshape` is
+# equivalent to `.contiguous().view()`. Both need correcting. A transpose `t()` moves nothing: it swaps the sizes
+# *and* the strides. `m62 = m26.t()` has strides `(1, 6)`, so reading it row by row jumps around the storage:
+# it is no longer **contiguous (连续)**. The figure shows both tensors over the one storage; each cell's colour is its
+# position in the storage.
+
+# %%
+base = torch.arange(12)
+m26 = base.view(2, 6)
+m62 = m26.t()
+print("sizes", tuple(m26.shape), "->", tuple(m62.shape), "| strides", m26.stride(), "->", m62.stride(),
+      "| contiguous:", m26.is_contiguous(), "->", m62.is_contiguous())
+print("m62 read row by row:", m62.flatten().tolist())
+assert m62.stride() == (1, 6) and not m62.is_contiguous()
+assert all(m62[i, j] == base[i * 1 + j * 6] for i in range(6) for j in range(2))  # the rule the figure draws
+
+fig, axes = plt.subplots(1, 3, figsize=(9, 3.2), gridspec_kw={"width_ratios": [12, 6, 2.4]}, layout="constrained")
+panels = (("storage (12 elements)", base.view(1, 12)), ("m26 = view(2, 6)\nstrides (6, 1)", m26),
+          ("m62 = m26.t()\nstrides (1, 6)", m62))
+for ax, (title, grid) in zip(axes, panels):
+    ax.imshow(grid.numpy(), cmap="viridis", vmin=-4, vmax=15)  # colour = position in the storage
+    for (i, j), value in np.ndenumerate(grid.numpy()):
+        ax.text(j, i, str(value), ha="center", va="center", color="white", fontsize=9)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+fig.suptitle("A transpose re-reads the same storage: down m62 steps 1 element, across it steps 6", fontsize=10)
 plt.show()
 
 # %% [markdown]
-# A transpose `t()` swaps the sizes *and* the strides: nothing moves in memory, so the result is no longer
-# **contiguous** (walking it row by row jumps around the storage). `view` does not require a contiguous tensor. It
-# requires that the *requested shape* can be expressed with strides over the existing layout: `m62` (strides
-# `(1, 6)`) can be viewed as `(2, 3, 2)`, by splitting its first dimension, but not as `(3, 4)`, whose rows would
-# have to mix elements that are 1 and 6 apart. `reshape` works everywhere: it returns a view when one exists and
-# copies when it must. `.contiguous().view(...)` gives the same *values*, but `contiguous()` copies a
-# non-contiguous tensor even when a view would have done.
+# **`view` does not need a contiguous tensor.** It needs the *requested shape* to be expressible with strides over
+# the existing layout. `m62.view(2, 3, 2)` splits the first dimension (6 elements, 1 apart) into 2 × 3 with strides
+# `(3, 1)` and keeps the second (stride 6): a view, no copy. `m62.view(3, 4)` is impossible: a row of the result
+# would hold the elements `0, 6, 1, 7`, which are +6, -5, +6 apart in the storage, and no single stride does that.
+# Only then does `view` raise.
 
 # %%
-m26 = torch.arange(12).view(2, 6)
-m62 = m26.t()
-print("sizes", tuple(m26.shape), "->", tuple(m62.shape), "| strides", m26.stride(), "->", m62.stride(),
-      "| contiguous:", m62.is_contiguous())
 v232 = m62.view(2, 3, 2)  # works on the non-contiguous tensor
-print("m62.view(2, 3, 2): strides", v232.stride(), "| shares m62's storage:", v232.data_ptr() == m62.data_ptr())
+print("m62.view(2, 3, 2): strides", v232.stride(), "| contiguous:", v232.is_contiguous(),
+      "| on base's storage:", v232._base is base)
+assert v232.stride() == (3, 1, 6) and v232._base is base and torch.equal(v232.flatten(), m62.flatten())
 try:
     m62.view(3, 4)
 except RuntimeError as err:
-    print("m62.view(3, 4) failed:", type(err).__name__, "-", str(err).split(".")[0])
-r = m62.reshape(3, 4)
-print(r)
-same_storage = {
-    "m62.reshape(2, 3, 2)": m62.reshape(2, 3, 2).data_ptr() == m62.data_ptr(),
-    "m62.contiguous().view(2, 3, 2)": m62.contiguous().view(2, 3, 2).data_ptr() == m62.data_ptr(),
-    "m62.reshape(3, 4)": r.data_ptr() == m62.data_ptr(),
-}
-for expr, shared in same_storage.items():
-    print(f"{expr:31} {'a view of m62' if shared else 'a copy'}")
-assert not m62.is_contiguous() and v232.data_ptr() == m62.data_ptr()
-assert torch.equal(r, m62.contiguous().view(3, 4))  # equal values ...
-assert list(same_storage.values()) == [True, False, False]  # ... but view or copy differ
+    print("m62.view(3, 4) ->", type(err).__name__ + ":", err)
+print("a row of (3, 4) would be", m62.flatten()[:4].tolist(), "-> steps in the storage:",
+      torch.diff(m62.flatten()[:4]).tolist())
+assert torch.diff(m62.flatten()[:4]).tolist() == [6, -5, 6]
 
 # %% [markdown]
-# ## 3. Tensors and NumPy: shared memory (共享内存)
+# **`reshape` and `.contiguous().view()` agree in values only.** `reshape` returns a view whenever one exists and
+# copies only when it must. `contiguous()` copies every non-contiguous tensor (and returns the tensor itself when
+# it is already contiguous), so `.contiguous().view()` copies even where a view would have done. `t._base` is the
+# tensor that owns a view's storage (`None` for a tensor that owns its own).
+
+# %%
+results = {
+    "m62.reshape(2, 3, 2)": m62.reshape(2, 3, 2),
+    "m62.contiguous().view(2, 3, 2)": m62.contiguous().view(2, 3, 2),
+    "m62.reshape(3, 4)": m62.reshape(3, 4),
+    "m62.contiguous().view(3, 4)": m62.contiguous().view(3, 4),
+}
+for expr, t in results.items():
+    shared = t.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    print(f"{expr:31} {'a view of base' if shared else 'a copy'}  (_base is base: {t._base is base})")
+    assert shared == (t._base is base)
+print(results["m62.reshape(3, 4)"])
+assert [t._base is base for t in results.values()] == [True, False, False, False]
+assert torch.equal(results["m62.reshape(2, 3, 2)"], results["m62.contiguous().view(2, 3, 2)"])  # same values
+assert torch.equal(results["m62.reshape(3, 4)"], results["m62.contiguous().view(3, 4)"])
+assert m26.contiguous() is m26 and m26.contiguous().view(3, 4)._base is base  # contiguous already: no copy
+
+# %% [markdown]
+# ## 5. Tensors and NumPy: shared memory (共享内存)
 #
 # `torch.from_numpy(a)` and `t.numpy()` do not copy: the tensor and the array are two views of the same memory, so
 # changing one changes the other. `clone()` makes an independent copy and breaks the link. (`torch.tensor(a)`
@@ -244,25 +348,34 @@ print("tensor:", t, " .numpy():", linked, " .clone().numpy():", copied)
 assert linked[0] == 1.0 and copied[0] == 0.0
 
 # %% [markdown]
-# The notes offer `t.data.numpy()` as another way to get an array. It is not a copy either: `.data` is a tensor
-# on the same storage (detached from autograd), so its array is linked like `t.numpy()`. Only `clone()` (or
-# `np.array(t)`, or `copy()` on the array) breaks the link. In the other direction, NumPy can make arrays with
-# **negative strides** (`a[::-1]` walks the memory backwards), which PyTorch tensors cannot have:
-# `torch.from_numpy` refuses them, and the notes' fix is to copy first, `a[::-1].copy()`.
+# The notes offer `tensor.data.numpy()` as an alternative to `tensor.clone().numpy()`. It is not one: `.data` is a
+# tensor on the same storage (detached from autograd), so its array shares memory with the tensor and changes
+# when the tensor does. (`.numpy()` refuses a tensor that requires grad; today's spelling of the notes' trick is
+# `.detach().numpy()`, which shares memory too.) Only `clone()`, `np.array(t)` or `.copy()` on the array break the
+# link.
+#
+# In the other direction, NumPy arrays can have **negative strides** (`a[::-1]` walks the memory backwards), which
+# PyTorch tensors cannot: `torch.from_numpy` refuses them, and the notes' fix is to copy first, `a[::-1].copy()`.
 
 # %%
-t = torch.zeros(3)
-via_data = t.data.numpy()
-t.add_(5)
-print(".data.numpy() after t.add_(5):", via_data, "| shares memory:", np.shares_memory(via_data, t.numpy()))
-assert via_data[0] == 5.0
+w = torch.zeros(3, requires_grad=True)
+via_data, via_detach, via_clone = w.data.numpy(), w.detach().numpy(), w.detach().clone().numpy()
+with torch.no_grad():
+    w.add_(5)
+print("after w.add_(5):  .data.numpy()", via_data, "| .detach().numpy()", via_detach, "| .clone().numpy()", via_clone)
+try:
+    w.numpy()
+except RuntimeError as err:
+    print("w.numpy():", err)
+assert np.shares_memory(via_data, via_detach) and via_data[0] == 5.0 and via_detach[0] == 5.0 and via_clone[0] == 0.0
 
 a = np.arange(4)
 print("a[::-1].strides:", a[::-1].strides, "(bytes; negative)")
 try:
     torch.from_numpy(a[::-1])
 except ValueError as err:
-    print("from_numpy(a[::-1]):", type(err).__name__, "-", str(err).split(". ")[0])
+    print("from_numpy(a[::-1]):", type(err).__name__ + ":", str(err).strip())
+assert a[::-1].strides[0] < 0
 fixed = torch.from_numpy(a[::-1].copy())
 print("from_numpy(a[::-1].copy()):", fixed.tolist(), "| or torch.flip:", torch.flip(torch.from_numpy(a), [0]).tolist())
 assert fixed.tolist() == [3, 2, 1, 0]
@@ -296,7 +409,7 @@ print(a, b)
 assert a.data_ptr() == ptr
 
 # %% [markdown]
-# ## 4. Images: tensor ↔ PIL ↔ NumPy
+# ## 6. Images: tensor ↔ PIL ↔ NumPy
 #
 # Image libraries store pixels as `uint8` in (height, width, channels) order; PyTorch models expect floats in
 # (channels, height, width) order. `torchvision.transforms.v2.functional` converts between them; the notes' manual
@@ -319,7 +432,7 @@ assert np.array_equal(np.asarray(back), hwc)  # the round trip is lossless
 print("round trip tensor -> PIL -> numpy is exact:", np.array_equal(np.asarray(back), hwc))
 
 # %% [markdown]
-# ## 5. Broadcasting and matrix products (广播与矩阵乘法)
+# ## 7. Broadcasting (广播) and matrix products (矩阵乘法)
 #
 # Element-wise operations (`+`, `*`, `torch.mul`) **broadcast**: shapes are aligned from the right, and a dimension
 # of size 1 (or a missing one) is stretched to match. Matrix products contract the last dimension of the first
@@ -378,10 +491,11 @@ assert torch.allclose(a @ b, looped)
 print("a @ b equals the loop of mm:", torch.allclose(a @ b, looped))
 
 # %% [markdown]
-# ## 6. Indexing, flipping and comparing
+# ## 8. Flipping, normalising and comparing
 #
-# Slicing works as in NumPy, except that **negative steps are not allowed** (`t[::-1]` raises). The notes reverse a
-# dimension by indexing with a reversed `arange`; `torch.flip` says the same thing directly (both copy).
+# Slicing works as in NumPy, except that **negative steps are not allowed** (`t[::-1]` raises): strides are never
+# negative in PyTorch. The notes reverse a dimension by indexing with a reversed `arange`; `torch.flip` says the
+# same thing directly (both copy).
 
 # %%
 img = torch.arange(2 * 3 * 4).view(1, 2, 3, 4).float()  # N, C, H, W
@@ -395,30 +509,6 @@ assert torch.equal(by_index, flipped)
 print(flipped[0, 0])
 
 # %% [markdown]
-# **Indexing (索引): views and copies.** *Basic* indexing — integers, slices `a:b:c`, `None` and `...` — only
-# changes offset, shape and strides, so it returns a **view**: writing into it writes into the original.
-# *Advanced* indexing — a list or tensor of indices, or a boolean **mask** — picks arbitrary elements, which no
-# strides can describe, so it returns a **copy**. (Assigning *through* advanced indexing, `x[mask] = 0`, does write
-# into `x`: that is `index_put_`, not a read.) The notes' `x[[0, 2], None]` mixes both: rows 0 and 2 (a copy), then
-# a new dimension of size 1, the same as `x[[0, 2]].unsqueeze(1)`.
-
-# %%
-x = torch.arange(12.0).view(3, 4)
-row = x[1]  # basic: a view
-picked = x[[0, 2]]  # advanced: a copy
-mask = x > 6
-big = x[mask]  # boolean mask: a copy, always 1-D
-print("x[1] shares x's storage:", row.data_ptr() == x.data_ptr() + 4 * x.element_size(),
-      "| x[[0, 2]] shares it:", picked.untyped_storage().data_ptr() == x.untyped_storage().data_ptr())
-print("x[x > 6] =", big.tolist(), "| x[[0, 2], None].shape =", tuple(x[[0, 2], None].shape))
-row[0] = -1.0  # writes into x
-picked[0, 0] = -2.0  # does not
-x[mask] = 0.0  # assignment through a mask writes into x
-print("x after the writes:", x.tolist())
-assert x[1, 0] == -1.0 and x[0, 0] == 0.0 and (x <= 6).all()
-assert torch.equal(torch.arange(12.0).view(3, 4)[[0, 2], None], torch.arange(12.0).view(3, 4)[[0, 2]].unsqueeze(1))
-
-# %% [markdown]
 # The notes also list `torch.nn.functional.normalize(x, p=2, dim=1)`: it divides each row by its length (its
 # L2 norm along `dim`, floored at `eps` so that a zero row does not divide by zero), as in their example `[[6, 8]]`
 # → `[[0.6, 0.8]]`. It is a reduction with `keepdim=True` followed by a broadcast division.
@@ -426,7 +516,7 @@ assert torch.equal(torch.arange(12.0).view(3, 4)[[0, 2], None], torch.arange(12.
 # %%
 v = torch.tensor([[6.0, 8.0], [0.0, 0.0]])
 unit = F.normalize(v, p=2.0, dim=1)
-print("F.normalize:", unit.tolist())
+print("F.normalize:", [[round(value, 4) for value in r] for r in unit.tolist()])
 assert torch.equal(unit[:1], v[:1] / v[:1].norm(dim=1, keepdim=True)) and unit[1].tolist() == [0.0, 0.0]
 
 # %% [markdown]
@@ -444,7 +534,7 @@ assert not torch.equal(x, y) and torch.allclose(x, y)
 torch.testing.assert_close(x, y)  # passes silently; on a real mismatch it names the worst element
 
 # %% [markdown]
-# ## 7. `clone` versus `detach`
+# ## 9. `clone` versus `detach`
 #
 # | | new memory? | stays in the autograd graph? |
 # |---|---|---|
@@ -467,7 +557,7 @@ print("after changing w: detach sees", d, "| snapshot keeps", snap)
 assert torch.equal(d, w.detach()) and torch.equal(snap, torch.tensor([1.0, 2.0]))
 
 # %% [markdown]
-# ## 8. Naming dimensions: einops instead of named tensors
+# ## 10. Naming dimensions: einops instead of named tensors
 #
 # The notes show *named tensors*: `torch.randn(32, 3, 56, 56, names=('N', 'C', 'H', 'W'))`, `images.sum('C')` and
 # `align_to`. That prototype feature is **gone from PyTorch 2.14**: `names=` is no longer accepted.
@@ -504,16 +594,19 @@ except Exception as err:  # einops.EinopsError
     print(type(err).__name__, "-", str(err).splitlines()[-1])
 
 # %% [markdown]
-# ## 9. Devices (设备)
+# ## 11. Devices (设备)
 #
 # A tensor lives on one device; operations need their operands on the same device. `utils.get_device()` picks CUDA,
 # then Apple's MPS, then the CPU (set `TORCH_COURSE_DEVICE=cpu` to force the CPU). `.to(device)` copies a tensor
 # there (and returns the tensor itself if it is already there); results come back with `.cpu()` before `.numpy()`.
-# The tests of this course run on the CPU; on a GPU machine the same cells run on `cuda`.
+# The tests of this course run on the CPU (they hide any GPU); on a GPU machine the same cells run on `cuda`.
 #
-# PyTorch 2.6+ also has a device-neutral API, `torch.accelerator`: `is_available()` says whether any accelerator
-# (CUDA, MPS, XPU, ...) can be used, `current_accelerator()` which kind this build of PyTorch targets, and
-# `device_count()` how many there are. It lets code written for one accelerator run on another.
+# PyTorch 2.6+ also has a device-neutral API, `torch.accelerator`: `is_available()` says whether an accelerator
+# (CUDA, MPS, XPU, ...) can be used, `device_count()` how many there are, and
+# `current_accelerator(check_available=True)` which one, or `None` when there is none. Without `check_available`
+# it names the accelerator this *build* of PyTorch was made for, even on a machine without one (a CUDA wheel
+# says `cuda`), so code that picks a device should pass `check_available=True`. The cell prints the CPU facts on
+# a machine without an accelerator, and the accelerator's on a machine with one.
 
 # %%
 device = get_device()
@@ -529,27 +622,45 @@ if device.type != "cpu":
         print("mixing devices:", str(err).split(".")[0])
 else:
     print("On a GPU, x + y would fail here: 'Expected all tensors to be on the same device'")
-print("torch.accelerator.is_available():", torch.accelerator.is_available())
-if torch.accelerator.is_available():
-    print("accelerator:", torch.accelerator.current_accelerator().type, "| devices:", torch.accelerator.device_count())
-assert torch.accelerator.is_available() == (torch.cuda.is_available() or torch.backends.mps.is_available())
+
+accelerator = torch.accelerator.current_accelerator(check_available=True)  # None: no accelerator can be used
+if accelerator is None:
+    print("no accelerator: is_available() =", torch.accelerator.is_available(),
+          "| device_count() =", torch.accelerator.device_count(), "| current_accelerator(check_available=True) = None")
+else:
+    print("accelerator:", accelerator.type, "| devices:", torch.accelerator.device_count())
+assert (accelerator is None) == (not torch.accelerator.is_available()) == (torch.accelerator.device_count() == 0)
+assert accelerator is None or accelerator == torch.accelerator.current_accelerator()  # the build's kind
+if torch.cuda.is_available() or torch.backends.mps.is_available():
+    assert torch.accelerator.is_available()
+pick = accelerator or torch.device("cpu")  # a device-neutral choice, without utils
+print("torch.zeros(2, device=pick).device.type:", torch.zeros(2, device=pick).device.type)
+assert torch.zeros(2, device=pick).device.type == pick.type
 
 # %% [markdown]
 # ## Summary
 #
-# - A tensor has a `dtype` (inferred: ints → `int64`, floats → `float32`), a `shape`, strides and a device.
-#   Build tensors with `torch.tensor(data)`, not the legacy `torch.IntTensor(n)`, which allocates garbage.
-# - Create by shape with `zeros/ones/full/arange/linspace/rand/randn` (`dtype=`, `device=`, `*_like`); reduce
-#   with `dim`/`keepdim`; join with `cat` (existing dim) or `stack` (new dim); reorder with `permute`.
-# - A tensor is storage + shape + strides (步长). `view` works whenever the requested shape fits the existing
-#   strides, contiguous or not; `reshape` always works and copies only when it must; `.contiguous().view()`
-#   gives the same values but always copies a non-contiguous tensor.
-# - Basic indexing (slices, integers) gives views; advanced indexing (index lists, masks) gives copies.
-# - `from_numpy`/`.numpy()` share memory (so does `.data.numpy()`); `clone()` copies; `from_numpy` refuses
-#   negative strides (copy first). `detach()` leaves the graph but shares memory.
-# - Broadcasting aligns shapes from the right; `mm` is 2-D, `bmm` is batched 3-D, `matmul`/`@` broadcasts.
-# - No negative-step slicing: use `torch.flip`. Compare floats with `allclose`/`assert_close`.
+# - Create tensors with `torch.tensor(data)` or by shape (`zeros/ones/full/arange/linspace/eye/rand/randn`,
+#   `empty` to allocate only), with `dtype=` and `device=`, or `*_like` another tensor. Not with the legacy
+#   `torch.IntTensor(n)`, which allocates garbage. Python ints become `int64`, floats `float32` (NumPy: `float64`).
+# - Reductions (归约) take `dim` (removed) and `keepdim=True` (kept with size 1, ready to broadcast); `cat` joins
+#   along an existing dimension, `stack` along a new one; `unsqueeze/squeeze/permute` reshape the dimensions.
+# - Basic indexing (integers, slices, `None`, `...`) gives views; advanced indexing (index lists, masks) gives
+#   copies, but assignment through it (`x[mask] = 0`) writes in place. The notes' `x[[0, 2], None]` is
+#   `x[[0, 2]].unsqueeze(1)`.
+# - A tensor is storage (存储) + offset + shape + strides (步长). A transpose swaps sizes and strides and moves
+#   nothing. `view` works whenever the requested shape can be expressed with the existing strides, contiguous or
+#   not; `reshape` always works and copies only when it must; `.contiguous().view()` gives the same values but
+#   copies every non-contiguous tensor.
+# - `from_numpy`/`.numpy()` share memory, and so does the notes' `.data.numpy()`; `clone()` copies;
+#   `from_numpy` refuses NumPy's negative strides (the notes' `.copy()` first). `detach()` leaves the graph but
+#   shares memory.
+# - Broadcasting (广播) aligns shapes from the right and stretches size-1 dimensions with stride 0, without
+#   copying; `mm` is 2-D, `bmm` batched 3-D, `matmul`/`@` broadcasts the batch dimensions.
+# - No negative-step slicing: use `torch.flip`. `F.normalize` divides by the norm along `dim`. Compare floats
+#   with `allclose`/`assert_close`.
 # - Named tensors are gone: name dimensions with einops patterns.
-# - Move data with `.to(device)`; pick the device once with `get_device()`.
+# - Move data with `.to(device)`; pick the device once, with `get_device()` or
+#   `torch.accelerator.current_accelerator(check_available=True)`.
 #
 # Next: **02 · autograd** — how PyTorch computes gradients.
