@@ -16,7 +16,7 @@
 # - broadcast, multiply matrices, compare floats, name dimensions with einops, and move tensors to an
 #   accelerator (`torch.accelerator`).
 #
-# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 10 s on the 2-core
+# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 5 s on the 2-core
 # course machine (one thread, measured by `make execute`).
 # **On a GPU:** the last section moves tensors to `cuda`; everything else is the same.
 #
@@ -196,12 +196,8 @@ assert x[1, -1] == 7 and x[::2, 1:3].tolist() == [[1, 2], [9, 10]] and x[x % 5 =
 # **Views and copies.** *Basic indexing (基本索引)* (integers, slices, `None`, `...`) returns a **view (视图)**: a
 # new tensor on the *same memory* as the original, so writing into it writes into the original (section 4 shows
 # how a view describes its elements without copying them). *Advanced indexing (高级索引)* (a list or tensor of
-# indices, or a mask) picks arbitrary elements and returns a **copy**. Assigning *through* advanced indexing,
+# indices, or a mask) picks arbitrary elements and returns a **copy (副本)**. Assigning *through* advanced indexing,
 # `x[mask] = 0`, does write into `x`: that is an in-place `index_put_`, not a read followed by a write.
-#
-# The notes' `x[[0, 2], None]` mixes both: rows 0 and 2 (a copy), then a new dimension of size 1. The notes call it
-# the same as `x[[0, 2]].view(-1, 1)`, which holds for their 1-D `x = torch.tensor([1, 2, 3])`; for any `x` it is
-# `x[[0, 2]].unsqueeze(1)`.
 
 # %%
 x = torch.arange(12.0).view(3, 4)
@@ -223,16 +219,22 @@ x[x > 6] = 0.0  # assignment through a mask writes into x
 print("x after the writes:", x.tolist())
 assert x[1, 0] == -1.0 and x[0, 0] == 0.0 and picked[0, 0] == -2.0 and (x <= 6).all()
 
-v = torch.tensor([1, 2, 3])  # the notes' example
-print("notes: x[[0, 2], None] =", v[[0, 2], None].tolist(), "| on a 2-D x it has shape",
-      tuple(x[[0, 2], None].shape), "while x[[0, 2]].view(-1, 1) has shape", tuple(x[[0, 2]].view(-1, 1).shape))
-assert torch.equal(v[[0, 2], None], v[[0, 2]].view(-1, 1))
+# %% [markdown]
+# The notes' `x[[0, 2], None]` mixes both: rows 0 and 2 (a copy), then a new dimension of size 1. The notes call it
+# the same as `x[[0, 2]].view(-1, 1)`, which holds for their 1-D `x = torch.tensor([1, 2, 3])`; for any `x` it is
+# `x[[0, 2]].unsqueeze(1)`.
+
+# %%
+x1 = torch.tensor([1, 2, 3])  # the notes' 1-D example
+print("1-D:", x1.tolist(), "[[0, 2], None] ->", x1[[0, 2], None].tolist(), "| 2-D x (3, 4): x[[0, 2], None] has shape",
+      tuple(x[[0, 2], None].shape), "but x[[0, 2]].view(-1, 1) has shape", tuple(x[[0, 2]].view(-1, 1).shape))
+assert torch.equal(x1[[0, 2], None], x1[[0, 2]].view(-1, 1))
 assert torch.equal(x[[0, 2], None], x[[0, 2]].unsqueeze(1)) and x[[0, 2]].view(-1, 1).shape == (8, 1)
 
 # %% [markdown]
 # ## 4. Memory layout: storage, strides, views (存储、步长与视图)
 #
-# A tensor is a flat block of memory, its **storage (存储)**, plus an offset, a shape and **strides (步长)**: how many
+# A tensor is a flat block of memory, its **storage (存储)**, plus an offset (偏移量), a shape and **strides (步长)**: how many
 # elements to skip in the storage to move one step along each dimension. Element `[i, j]` of a matrix lives at
 # `offset + i * stride[0] + j * stride[1]`. A **view (视图)** is a tensor on another's storage with its own offset,
 # shape and strides; `view(shape)` makes one without copying (`-1` lets PyTorch infer one dimension). Basic indexing
