@@ -16,7 +16,7 @@
 # - broadcast, multiply matrices, compare floats, name dimensions with einops, and move tensors to an
 #   accelerator (`torch.accelerator`).
 #
-# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 5 s on the 2-core
+# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 10 s on the 2-core
 # course machine (one thread, measured by `make execute`).
 # **On a GPU:** the last section moves tensors to `cuda`; everything else is the same.
 #
