@@ -2,21 +2,27 @@
 # # 03 — Dynamic computation graphs and hooks (动态计算图与钩子)
 #
 # **What you will learn.** How PyTorch records a *dynamic computation graph* (动态计算图) while your code
-# runs, and what happens to it when you call `backward()`:
+# runs, and what happens to it when you call `backward()`, the backward pass (反向传播) that computes the
+# gradients (梯度):
 #
 # - the forward pass runs eagerly, one statement at a time, and Python control flow decides the graph;
 # - the graph's saved values are freed by `backward()` unless you ask for `retain_graph=True`;
-# - `grad_fn` nodes and their `next_functions` edges, walked by hand, printed and drawn; where the chain rule's
-#   sum over paths really happens (the engine's input buffer, not `.grad`), with the notes' `w1`/`w2`/`w3` example;
+# - the graph is made of backward nodes (反向节点), not tensors: `grad_fn` nodes and their `next_functions` edges,
+#   walked by hand, printed and drawn; where the chain rule's sum over paths really happens (the engine's input
+#   buffer, once, not in `.grad`), with the notes' `w1`/`w2`/`w3` example and its printed results (28, 8, 10);
 # - leaf tensors (叶子节点) and non-leaf tensors, `retain_grad()`;
-# - tensor hooks (钩子) with `register_hook`: logging and changing gradients; `register_post_accumulate_grad_hook`;
-# - `detach`, `torch.no_grad`, `torch.inference_mode` and how `requires_grad` propagates;
-# - `backward(gradient)` for non-scalar outputs, and splitting one backward pass in two (the notes' `step1/step2`);
+# - tensor hooks (钩子) with `register_hook`: logging and changing this pass's gradient; versus
+#   `register_post_accumulate_grad_hook`, which sees the accumulated `.grad`;
+# - `detach`, `torch.no_grad`, `torch.inference_mode` (an inference tensor may enter a recorded operation only if
+#   that operation need not save it) and how `requires_grad` propagates;
+# - `backward(gradient)` for non-scalar outputs (`grad_tensors` today, the 0.x `grad_variables` deprecated), and
+#   splitting one backward pass in two (the notes' `step1/step2`);
 # - in-place operations that break autograd, and the errors they raise;
-# - module hooks: forward pre-hooks, forward hooks, full backward hooks, global hooks, and how
-#   `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer, capturing
-#   activations, gradient-norm monitoring);
-# - exporting a model graph to TensorBoard and reading the event file back.
+# - module hooks (模块钩子): forward pre-hooks, forward hooks (前向钩子), full backward hooks (反向钩子), global
+#   hooks, and how `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer,
+#   capturing activations (激活值), gradient-norm monitoring);
+# - exporting a model graph to TensorBoard and reading the event file back;
+# - the warnings PyTorch gives for outdated code in the notes, their text printed for you to read, and asserted.
 #
 # **Before this notebook** you should know tensors and `requires_grad`/`backward()` basics (notebooks 01–02).
 #
@@ -157,10 +163,11 @@ assert add_node.next_functions[0][0].variable is x
 # the loss gets gradient 1; `PowBackward0` and `SubBackward0` turn it into gradients for `y1` and `y2`;
 # `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, $-4 \cdot 1$ and $4 \cdot 2$.
 # **Where are they added?** Not in `x.grad`, as the notes (and many tutorials) suggest: the engine waits until every
-# path into a node has delivered, sums the contributions in that node's *input buffer*, and then runs the node
+# path into a node has delivered, sums the contributions in that node's *input buffer* (输入缓冲区), and then runs the node
 # **once** with the total, $-4 + 8 = 4$: the chain rule's sum over paths (链式法则). So a hook on `x`, and a
 # pre-hook on its `AccumulateGrad` node, each fire once and see 4, never $-4$ and $8$ apart. Adding into `.grad`
-# is a different mechanism: accumulation *across* `backward()` calls (section 3).
+# is a different mechanism: accumulation *across* `backward()` calls (section 3). (Notebook 02 met this sum with
+# the same `AccumulateGrad` pre-hook; here we see where it sits in the graph.)
 
 # %%
 calls = []
@@ -180,10 +187,24 @@ assert x.grad.item() == -4.0 * 1 + 4.0 * 2
 # $l_3 = 8$, $l_4 = 40$), so the mean has the gradients of one element. By hand, the path through `l2` gives
 # $l_3 = 8$ and the path through `l3` gives $l_2 w_3 = 20$, so $\partial loss/\partial w_1 = 20 + 8 = 28$,
 # $\partial loss/\partial w_2 = l_3 = 8$ and $\partial loss/\partial w_3 = l_1 l_2 = 10$: the values the notes
-# print. The notes print each tensor with `t.data`; below `fmt` prints the values, and the grad_fn names replace the
-# notes' `<MulBackward0 object at 0x...>` addresses, which change every run.
+# print.
+#
+# The notes print each tensor with a `print_tensor(t)` helper, before and after `backward()`. Three details of its
+# code are outdated in PyTorch 2.14, so the version below changes them and says why: it prints `t.detach()` instead
+# of `t.data` (the same values, without the legacy back door of section 6); it prints the `grad_fn`'s class name
+# instead of its repr, whose `object at 0x...` address changes every run; and it reads `.grad` of leaves only,
+# since reading `.grad` of a non-leaf (`l1` ... `loss`) now returns `None` *with a warning* (section 4). The notes'
+# variable `input` is renamed `inp`, so as not to hide Python's built-in `input`. Everything else prints exactly as in
+# the notes: all `grad`s `None` before, then `tensor(28.)`, `tensor(8.)`, `tensor(10.)` for the three leaves.
 
 # %%
+def print_tensor(name, t):
+    """The notes' print_tensor, for today's PyTorch: value, .grad (leaves only), grad_fn class, is_leaf."""
+    grad = t.grad if t.is_leaf else None  # non-leaves keep no .grad; reading it would warn
+    fn = type(t.grad_fn).__name__ if t.grad_fn is not None else None
+    print(f"{name}:", t.detach(), grad, fn, t.is_leaf)
+
+
 inp = torch.ones(2, 2)
 w1, w2, w3 = (torch.tensor(v, requires_grad=True) for v in (2.0, 3.0, 4.0))
 l1 = inp * w1
@@ -191,15 +212,22 @@ l2 = l1 + w2
 l3 = l1 * w3
 l4 = l2 * l3
 notes_loss = l4.mean()  # `loss` stays the graph of the cells above (section 3 uses it)
+tensors = {"w1": w1, "w2": w2, "w3": w3, "l1": l1, "l2": l2, "l3": l3, "l4": l4, "loss": notes_loss}
+print("before backward():")
+for name, t in tensors.items():
+    print_tensor(name, t)
+assert all(t.grad is None for t in (w1, w2, w3))
+
 w1_calls = []
 w1.register_hook(lambda grad: w1_calls.append(grad.item()))
 notes_loss.backward()
-for name, t in {"w1": w1, "w2": w2, "w3": w3, "l1": l1, "l2": l2, "l3": l3, "l4": l4, "loss": notes_loss}.items():
-    fn = type(t.grad_fn).__name__ if t.grad_fn is not None else None
-    value = fmt(t.detach()[0, 0] if t.dim() else t.detach())
-    print(f"{name:4s} value {value:>5s}  grad {fmt(t.grad) if t.is_leaf else None!s:>5s}  grad_fn {fn}  is_leaf {t.is_leaf}")
+print("after backward():")
+for name, t in tensors.items():
+    print_tensor(name, t)
 print("hook on w1 fired", len(w1_calls), "time(s), with", w1_calls)
 assert (w1.grad.item(), w2.grad.item(), w3.grad.item()) == (28.0, 8.0, 10.0)
+assert [t.detach().unique().item() for t in (l1, l2, l3, l4, notes_loss)] == [2.0, 5.0, 8.0, 40.0, 40.0]
+assert [t.is_leaf for t in tensors.values()] == [True] * 3 + [False] * 5
 assert w1_calls == [28.0]  # one call with the sum of both paths (20 + 8), not two
 
 # %% [markdown]
@@ -207,7 +235,7 @@ assert w1_calls == [28.0]  # one call with the sum of both paths (20 + 8), not t
 #
 # Notebook 02 met this error; here we look at what exactly is freed. The second meaning of "dynamic": after
 # `backward()` (or `torch.autograd.grad`) the graph's **saved tensors**, the intermediate values a backward
-# function needs (here `PowBackward0` saved `y1 - y2`), are freed to save memory. A second `backward()` through
+# function needs (saved tensors, 保存的张量; here `PowBackward0` saved `y1 - y2`), are freed to save memory. A second `backward()` through
 # the same graph fails. Pass `retain_graph=True` to keep them; then each `backward()` adds into `.grad` once more
 # (gradients accumulate until you zero them).
 
@@ -254,6 +282,13 @@ err = expect_error(lambda: torch.autograd.grad(y, x))  # now the saved x is gone
 # nothing, which saves memory, since you almost always want the gradients of what you created.
 # (The notes say a leaf "must have `requires_grad=True`"; more precisely, that is the condition for a leaf
 # to *receive* a `.grad`.) Reading `.grad` of a non-leaf returns `None` and PyTorch warns about it.
+#
+# **How this notebook shows a warning.** A warning is a message, not an error: by default Python prints it once
+# to stderr and goes on, and a test run may turn it into an error or hide it. When a warning *is* the lesson, the
+# cell calls `show_warning(fn, category, text)` (from `utils/show.py`): inside
+# `warnings.catch_warnings(record=True)` with `warnings.simplefilter("always")` it records every warning `fn()`
+# raises, whatever the filters outside, prints the expected one's category and first sentence, asserts it was
+# raised, and returns `fn()`'s result. The five lines are worth copying into your own tests.
 
 # %%
 x = torch.tensor(3.0, requires_grad=True)
@@ -385,11 +420,12 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 #   `t.detach().clone()` (or the notes' `t.clone().detach()`).
 # - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
-# - `with torch.inference_mode():` goes further: inference mode (推理模式) makes *inference tensors* that skip
-#   autograd's bookkeeping (they have no version counter (版本计数器)). Later, outside the block, an inference
-#   tensor may still be an input of a recorded operation whose backward does not need to keep it (`t + p`:
-#   the gradient of a sum does not depend on `t`); an operation that must **save** it for backward (`t * p`,
-#   whose gradient for `p` is `t`) is refused. Clone it (`t.clone()`) to get a normal tensor.
+# - `with torch.inference_mode():` goes further: inference mode (推理模式) makes *inference tensors* (推理张量) that skip
+#   autograd's bookkeeping (they have no version counter (版本计数器), section 8). Later, outside the block, an
+#   inference tensor may still be an input of a recorded operation whose backward does not need to keep it
+#   (`t + p`: the gradient of a sum does not depend on `t`); an operation that must **save** it for backward
+#   (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is recorded, not later at
+#   `backward()`. Clone it (`t.clone()`) to get a normal tensor, as the error message says.
 # - `model.eval()` is **not** one of them (the notes warn about it): it switches dropout/batch norm to evaluation
 #   behaviour, but the graph is still recorded.
 #
@@ -401,7 +437,9 @@ p = torch.tensor([1.0, 2.0], requires_grad=True)
 q = p * 2
 d = q.detach()
 dc = q.detach().clone()
-print("detach: requires_grad", d.requires_grad, "| grad_fn", d.grad_fn, "| shares storage", d.data_ptr() == q.data_ptr())
+print("detach: requires_grad", d.requires_grad, "| grad_fn", d.grad_fn,
+      "| data address minus q's:", d.data_ptr() - q.data_ptr())  # 0: the same memory
+assert d.data_ptr() == q.data_ptr()
 d[0] = 100.0  # writes into q's storage too
 print("q after writing d[0] = 100:", fmt(q.detach()), "| the clone kept", fmt(dc))
 assert q[0].item() == 100.0 and dc[0].item() == 2.0 and dc.data_ptr() != q.data_ptr()
@@ -419,6 +457,11 @@ def evaluate(t):
 
 assert not evaluate(p).requires_grad and torch.is_grad_enabled()  # recording is back on after the call
 
+# %% [markdown]
+# Inference mode: `t` below is an inference tensor. Adding it to `p` is recorded and back-propagates;
+# multiplying it by `p` is refused on the spot, and the error says what to do. Its clone can be saved.
+
+# %%
 with torch.inference_mode():
     t = p * 2
 print("inference_mode: is_inference", t.is_inference(), "| requires_grad", t.requires_grad)
@@ -427,8 +470,18 @@ p.grad = None
 (t + p).sum().backward()  # allowed: AddBackward0 saves nothing, so t can take part
 print("t + p: backward ran, p.grad =", fmt(p.grad))
 assert torch.equal(p.grad, torch.ones(2))
-expect_error(lambda: (t * p).sum().backward())  # refused: MulBackward0 would have to save t
+err = expect_error(lambda: t * p)  # refused when recorded: MulBackward0 would have to save t
+print("the message goes on:", str(err).split(". ", 1)[1])
+assert str(err).startswith("Inference tensors cannot be saved for backward.")
+p.grad = None
+(t.clone() * p).sum().backward()  # the clone is a normal tensor: it can be saved
+print("t.clone() * p: backward ran, p.grad =", fmt(p.grad))
+assert torch.equal(p.grad, t)
 
+# %% [markdown]
+# And `eval()`, which records the graph as usual: only `no_grad` turns recording off.
+
+# %%
 dropout_model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).to(device).eval()
 inp = torch.ones(1, 2, device=device)
 print("eval() output requires_grad:", dropout_model(inp).requires_grad)
@@ -440,11 +493,13 @@ assert dropout_model(inp).requires_grad
 # ## 7. `backward(gradient)` and splitting a backward pass in two
 #
 # A reminder from notebook 02: for a non-scalar output `y`, `y.backward(gradient=v)` (with `v` shaped like `y`)
-# computes the vector-Jacobian product $v^\top J$, the gradient of $\sum_i v_i y_i$. The notes' references on
-# "backward() 详解" are about this parameter. Its oldest name, `grad_variables` (from PyTorch 0.3, when tensors
-# were wrapped in `Variable`s), was renamed `grad_tensors` in 0.4; `torch.autograd.backward` still accepts it in
-# 2.14 with a `FutureWarning`, printed below. Today: `y.backward(gradient=v)` or
-# `torch.autograd.backward(y, grad_tensors=v)`.
+# computes the vector-Jacobian product (向量-雅可比积) $v^\top J$, the gradient of $\sum_i v_i y_i$. The notes' references on
+# "backward() 详解" are about this parameter, under its PyTorch 0.x name: `grad_variables`, the keyword of
+# `torch.autograd.backward(variables, grad_variables, ...)` up to version 0.3, when tensors that needed gradients
+# were wrapped in `Variable` objects. Version 0.4 merged `Variable` into `Tensor` and renamed the keyword
+# `grad_tensors`; 2.14 still accepts `grad_variables` as a deprecated alias and emits a `FutureWarning`, printed
+# below. Today: `y.backward(gradient=v)` or `torch.autograd.backward(y, grad_tensors=v)`, which give the same
+# `.grad` (asserted).
 
 # %%
 x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -455,8 +510,12 @@ print("x.grad = v * 2x =", fmt(x.grad))
 assert torch.allclose(x.grad, v * 2 * x.detach())
 
 x.grad = None
-show_warning(lambda: torch.autograd.backward(x**2, grad_variables=v), FutureWarning, "grad_variables")
+torch.autograd.backward(x**2, grad_tensors=v)  # today's keyword: no warning
 assert torch.allclose(x.grad, v * 2 * x.detach())
+
+x.grad = None
+show_warning(lambda: torch.autograd.backward(x**2, grad_variables=v), FutureWarning, "grad_variables")
+assert torch.allclose(x.grad, v * 2 * x.detach())  # the old name still works, for now
 
 # %% [markdown]
 # That is all it takes to **split one backward pass in two** (the notes' `step1/step2` example). Cut the graph
@@ -508,9 +567,9 @@ y1 = y.detach().requires_grad_()
 F.mse_loss(y1, target).backward()
 print("gradient passed between the stages:", tuple(y1.grad.shape))
 y.backward(y1.grad)
-same = all(torch.allclose(p.grad, ref, atol=1e-6) for p, ref in zip(stage1.parameters(), reference))
-print("two-step gradients equal the end-to-end ones:", same)
-assert same
+gaps = [(p.grad - ref).abs().max().item() for p, ref in zip(stage1.parameters(), reference)]
+print(f"two-step vs end-to-end gradients: {len(gaps)} parameters, largest difference {max(gaps):.1e}")
+assert max(gaps) <= 1e-6  # the same computation, split in two
 
 # %% [markdown]
 # ## 8. In-place operations that break autograd (原地操作)
@@ -553,8 +612,9 @@ F.relu(lin(xb)).sum().backward()
 ref = lin.weight.grad.clone()
 lin.zero_grad()
 F.relu(lin(xb), inplace=True).sum().backward()
-print("Linear -> ReLU(inplace): same gradient as out-of-place:", torch.allclose(lin.weight.grad, ref))
-assert torch.allclose(lin.weight.grad, ref)
+gap = (lin.weight.grad - ref).abs().max().item()
+print(f"Linear -> ReLU(inplace): largest difference from the out-of-place gradient {gap:.1e}")
+assert gap <= 1e-6
 
 err = expect_error(lambda: F.relu(torch.sigmoid(lin(xb)), inplace=True).sum().backward())
 
@@ -792,10 +852,15 @@ def train_with_grad_monitor(lr, steps=20):
 
 
 runs = {lr: train_with_grad_monitor(lr) for lr in (0.1, 0.5)}
+def rounded(v):
+    """Two decimals for moderate numbers, the order of magnitude for exploded ones (stable across machines)."""
+    return f"{v:.2f}" if v < 10 else f"{v:.0e}"
+
+
 for lr, (norms, totals, losses) in runs.items():
     assert all(len(v) == 20 for v in norms.values())
-    print(f"lr={lr}: logged {len(totals)} steps x {len(norms)} parameters | loss went down: {losses[-1] < losses[0]}"
-          f" | gradient norm ever above 1000: {max(totals) > 1e3}")
+    print(f"lr={lr}: logged {len(totals)} steps x {len(norms)} parameters | loss {rounded(losses[0])} -> "
+          f"{rounded(losses[-1])} | largest total gradient norm {rounded(max(totals))}")
 assert runs[0.1][2][-1] < runs[0.1][2][0] and max(runs[0.1][1]) < 1.0  # stable
 assert runs[0.5][1][-1] > 1e6  # exploding gradients, caught by the hooks
 plot_curves({f"lr={lr}": totals for lr, (_, totals, _) in runs.items()}, xlabel="step",
@@ -937,16 +1002,20 @@ plt.show()
 # - The forward pass runs eagerly and records a graph on the fly; Python `if`/`while` decide what is recorded.
 # - `backward()` and `torch.autograd.grad` free the saved tensors; a second pass needs `retain_graph=True`, and
 #   gradients add up in `.grad` until you zero them.
-# - Each result's `grad_fn` links to its inputs' nodes through `next_functions`, down to one `AccumulateGrad` per leaf.
+# - The recorded graph is made of backward nodes, not tensors: each result's `grad_fn` links to its inputs' nodes
+#   through `next_functions`, down to one `AccumulateGrad` per leaf (its `.variable` is the leaf). The notes'
+#   `w1`/`w2`/`w3` example prints gradients 28, 8 and 10.
 # - Only leaves that require grad keep `.grad`; `retain_grad()` keeps an intermediate one; `.double()`/`.to()` after
 #   creation makes a non-leaf.
 # - Gradients reaching a tensor along several paths are summed in the engine's input buffer; its hooks and
 #   `AccumulateGrad` run once with the sum. `.grad` accumulates across `backward()` calls.
 # - `tensor.register_hook` observes or replaces this pass's gradient; `register_post_accumulate_grad_hook` sees
 #   the accumulated `.grad`. Always keep the handle and remove it.
-# - `detach()` shares storage, `no_grad` records nothing, `inference_mode` makes tensors that no backward may save,
-#   `eval()` stops nothing; avoid `.data`, its changes are invisible to autograd.
-# - `y.backward(v)` computes $v^\top J$, which lets a backward pass be split at `y.detach().requires_grad_()`.
+# - `detach()` shares storage, `no_grad` records nothing, `inference_mode` makes tensors that no backward may save
+#   (`t + p` works, `t * p` is refused when recorded), `eval()` stops nothing; avoid `.data`, its changes are
+#   invisible to autograd.
+# - `y.backward(v)` (or `torch.autograd.backward(y, grad_tensors=v)`; `grad_variables` is the deprecated 0.x name)
+#   computes $v^\top J$, which lets a backward pass be split at `y.detach().requires_grad_()`.
 # - In-place writes are checked with version counters: refused on leaves that require grad and on saved values.
 # - `nn.Module.__call__` runs global and module pre-hooks, `forward`, then forward hooks; use
 #   `register_full_backward_hook` (not the old `register_backward_hook`). Hooks print shapes, capture activations
