@@ -18,7 +18,7 @@
 # **You should know:** tensors, autograd and a training loop (notebooks 01–04); notebook 03's hooks help in
 # section 3.
 #
-# **Study time:** about 90 min. **Run time:** 25 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 90 min. **Run time:** 30 s on the 2-core course machine (one thread, measured by
 # `make execute` with a warm `torch.compile` cache); the first run on a machine spends about 15 s more while
 # `torch.compile` builds its kernels. **On a GPU:** activation memory is also measured with
 # `torch.cuda.max_memory_allocated`, batches are pinned and copied with `non_blocking=True`, `torch.compile`
@@ -1371,18 +1371,20 @@ for name, config in (("int8 weight-only", Int8WeightOnlyConfig()),
     results[name] = (size_kib(quantized), accuracy(quantized), agree)
 print("weight type after quantize_:", type(quantized[0].weight).__name__)
 # int8 kernels differ between CPU models (AVX2, AVX-512, AMX), so a prediction near a tie may flip on another
-# machine: the table prints the accuracy loss and the agreement as checks rather than exact percentages.
+# machine: the table prints the accuracy loss and the agreement as checks rather than exact percentages
+# (int8 dynamic agreed on 98.8 % of the predictions on an Intel Xeon with oneDNN capped at AVX2, on 99.9 % with
+# its AMX kernels, and on more than 99 % on an AMD EPYC: the check leaves room below all three).
 # (the float32 accuracy itself moves by a few test samples when the training run's rounding changes: 90.41-90.48 %
 # over six runs with the initial weights perturbed by one part in a million, too close to 90.5 to print whole percents)
 print(f"float32 test accuracy: {5 * round(20 * results['float32'][1])} % (to the nearest 5 points)")
-print("model              size      accuracy within 0.5 points of float32   predictions equal to float32 >= 99 %")
+print("model              size      accuracy within 0.5 points of float32   predictions equal to float32 >= 97 %")
 for name, (size, acc, agree) in results.items():
     print(f"{name:17} {size:5.0f} KiB   {str(acc > results['float32'][1] - 0.005):>10}"
-          f"                             {str(agree >= 0.99):>10}")
+          f"                             {str(agree >= 0.97):>10}")
 for name in ("int8 weight-only", "int8 dynamic"):
     size, acc, agree = results[name]
     assert size < 0.3 * results["float32"][0]
-    assert acc > results["float32"][1] - 0.005 and agree > 0.99
+    assert acc > results["float32"][1] - 0.005 and agree >= 0.97
 
 # %% [markdown]
 # The deprecated path, for comparison: it warns (a deprecation warning, which this course's test settings would
