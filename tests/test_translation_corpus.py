@@ -122,6 +122,16 @@ def test_predicative_only_adjectives_never_precede_a_noun():
                 assert w not in PREDICATIVE_ONLY or words[i + 1] in {".", "?"}, en
 
 
+def test_ungradable_adjectives_are_never_intensified():
+    """Not *very married*, *too broken*, *so ready*."""
+    ungradable = {a.en for a in tc.ADJECTIVES if not a.gradable}
+    assert {"married", "broken", "ready", "alone"} <= ungradable
+    for _, en in read_pairs(tc.CORPUS_FILE):
+        words = en.split()
+        assert not [w for i, w in enumerate(words[1:]) if w in ungradable
+                    and words[i] in {"very", "too", "so", "really"}], en
+
+
 def test_french_spells_soeur_with_its_ligature():
     text = tc.CORPUS_FILE.read_text(encoding="utf-8")
     assert "sœur" in text and "soeur" not in text.lower()
@@ -179,6 +189,7 @@ def test_who_does_what_is_plausible():
     for subject, prep, location in places:
         assert location in tc._locations_for(subject, dict((p, fits) for p, _, fits in tc.PREPOSITIONS)[prep])
         assert not (subject.kind == "person" and prep == "dans" and location.fr in {"boîte", "sac", "valise"})
+        assert subject.fr not in {"porte", "fenêtre", "baleine"}  # no door under the bed, no whale in the garden
         assert not ("wild" in subject.tags and subject.size > 1 and prep in ("dans", "sur")
                     and location.fr in {"voiture", "maison", "lit"})
 

@@ -345,7 +345,7 @@ heureux happy pa
 triste sad pa
 content glad p pred
 occupé busy p -baby
-prêt ready p pred -baby
+prêt ready p pred ng -baby
 fort strong pa -baby
 riche rich p -young
 pauvre poor p
@@ -355,7 +355,7 @@ calme calm pa
 intelligent smart pa
 paresseux lazy pa
 marié married p -young ng
-seul alone pa pred
+seul alone pa pred ng
 inquiet worried p -baby
 désolé sorry p pred -baby
 gentil kind pa
@@ -993,7 +993,7 @@ def frame_pronoun_object(rng: random.Random) -> Frame:
 def frame_location(rng: random.Random) -> Frame:
     """SUBJ être PREP NP -- 'le chat est sous la table' / 'the cat is under the table'; 'où est...'."""
     pr = _pyrealb()
-    subj = _subject(rng, nouns=[n for n in PERSONS_AND_ANIMALS + SMALL_THINGS if "sea" not in n.tags],
+    subj = _subject(rng, nouns=[n for n in PERSONS_AND_ANIMALS + SMALL_THINGS if not {"sea", "part"} & n.tags],
                     adj_p=0.3, poss_p=0.15)
     noun = subj.np.noun if subj.np else None
     fr_p, en_p, fits = rng.choice([p for p in PREPOSITIONS if _locations_for(noun, p[2])])
