@@ -59,6 +59,17 @@ def test_compositional_pairs_hold_out_combinations():
     assert 0.08 < share / (len(tc.ADJECTIVES) * len(tc.NOUNS)) < 0.18
 
 
+def test_held_out_nouns_are_in_their_sentences():
+    """A pair held out for adjective+noun(marié, ami) says ami (not *qui nourrissez-vous ?*)."""
+    for line in _lines(tc.COMPOSITIONAL_FILE):
+        _, fr, held = line.rstrip("\n").split("\t")
+        words = _tokens(fr)
+        for combo in held.split("; "):
+            if combo.startswith("adjective+noun("):
+                noun = normalize_string(combo[:-1].split(", ")[1])
+                assert any(w.startswith(noun[:-1]) for w in words), line
+
+
 def test_grammar_word_order_and_idioms():
     """Spot checks of what makes the corpus a translation problem."""
     pairs = {normalize_string(p.french): normalize_string(p.english)

@@ -948,7 +948,8 @@ def frame_transitive(rng: random.Random) -> Frame:
     def en():
         return pr.S(subj.en(), pr.VP(*_verb_en(verb, np_en(obj)))).t(TENSES[tense]).typ(typ)
 
-    combos = _adj_combos(subj.np) | _adj_combos(obj)
+    # qui nourrissez-vous ? -- the object is the question word: its adjective is not in the sentence
+    combos = _adj_combos(subj.np) | (set() if wh == "wod" else _adj_combos(obj))
     if subj.name and (q or wh):
         combos.add(("name+question", subj.name))
     return Frame("transitive", fr, en, combos,
