@@ -134,9 +134,10 @@ def test_predicative_only_adjectives_never_precede_a_noun():
 
 
 def test_ungradable_adjectives_are_never_intensified():
-    """Not *very married*, *too broken*, *so ready*."""
+    """Not *very married*, *too broken*, *so ready*, *very right*."""
     ungradable = {a.en for a in tc.ADJECTIVES if not a.gradable}
     assert {"married", "broken", "ready", "alone"} <= ungradable
+    ungradable |= {"right", "wrong"}  # avoir très raison is French, *very right* not English
     for _, en in read_pairs(tc.CORPUS_FILE):
         words = en.split()
         assert not [w for i, w in enumerate(words[1:]) if w in ungradable
@@ -207,7 +208,7 @@ def test_who_does_what_is_plausible():
 
 def test_held_out_shares_are_as_documented():
     counts = tc.held_out_counts()
-    assert counts == {"adjective+noun": (393, 2913), "verb+pronoun": (7, 17), "name+question": (3, 12),
+    assert counts == {"adjective+noun": (393, 2911), "verb+pronoun": (7, 17), "name+question": (3, 12),
                       "place+verb": (17, 80)}
     doc = " ".join(tc.is_held_out.__doc__.split())
     for held, possible in counts.values():

@@ -322,7 +322,7 @@ gros fat a
 intéressant interesting pt t+read t+write t+listen t+paper
 cher expensive t -abstract -plant -room
 lourd heavy t -abstract -paper -food -plant -room -wear
-léger light t -abstract -food -plant -fixed -big
+léger light t -abstract -food -plant -fixed -big -part
 propre clean t -abstract -plant -food
 sale dirty at -abstract -plant
 vide empty t +cont
@@ -834,7 +834,7 @@ def frame_feeling(rng: random.Random) -> Frame:
     baby = subj.np is not None and "baby" in subj.np.noun.tags
     fr_noun, en_adj = rng.choice(FEELINGS[:6] if baby else FEELINGS)  # no baby is ashamed, right or wrong
     tense, neg, q = _tense_neg_q(rng, state=True)
-    inten = rng.random() < 0.25 and not q
+    inten = rng.random() < 0.25 and not q and fr_noun not in ("raison", "tort")  # not *very right*
     typ = _typ(neg, q)
 
     def fr():
@@ -1183,7 +1183,7 @@ def is_held_out(combo: tuple[str, ...]) -> bool:
 
     A hash of the words decides (so the choice does not depend on the order in which sentences are
     drawn), with one modulus per category: 1 in 8, 5, 4 and 6 on average. Counted over what the
-    grammar can form (``held_out_counts()``, checked by the tests), that holds out 393 of the 2,913
+    grammar can form (``held_out_counts()``, checked by the tests), that holds out 393 of the 2,911
     adjective+noun pairs (13%), 7 of the 17 verbs that take an object pronoun, 3 of the 12 names in
     questions and 17 of the 80 place+verb pairs.
     """
