@@ -1,13 +1,15 @@
 """Notebook 05's batched training loop against the notes' one-pair-at-a-time loop.
 
-Both loops train the same model (the course's GRU encoder + content-based attention decoder, same
-hidden size, same initial weights) on the same training split of ``data/eng-fra-course.txt``, one
-after the other in this process, each capped in wall-clock time:
+Both loops train the same model (notebook 05's GRU encoder + decoder with content-based attention,
+same hidden size, same initial weights) on the same training split of ``data/eng-fra-course.txt``,
+one after the other in this process, each capped in wall-clock time. The model, ``train_step`` and
+``train_pair_notes_style`` are notebook 05's own cells, run by :mod:`utils.lesson_code`:
 
 * **notes' loop** -- the notes' ``trainIters``/``train``: a random pair at a time, the encoder and the
   decoder run word by word, teacher forcing, SGD with learning rate 0.01;
-* **course loop** -- notebook 05: length-bucketed batches of 64 pairs, packed encoder, masked loss,
-  teacher forcing ratio 0.9, gradient clipping, Adam with learning rate 5e-3.
+* **course loop** -- notebook 05: length-bucketed batches of 80 pairs, packed encoder, the decoder's
+  GRU over the whole target in one call (teacher forcing), masked loss, gradient clipping, fused Adam
+  with learning rate 7e-3.
 
 Reported: sentence pairs trained per second (per CPU second and per wall second; on a shared machine
 the CPU figure is the fair one), the ratio, and the time each loop needs to reach the same training
@@ -33,16 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from utils import get_device, seed_everything  # noqa: E402
-from utils.seq2seq import (  # noqa: E402
-    build_langs,
-    build_model,
-    filter_pairs,
-    make_batches,
-    read_pairs,
-    split_pairs,
-    train_batch,
-    train_pair_notes_style,
-)
+from utils.lesson_code import load  # noqa: E402
+from utils.seq2seq import build_langs, filter_pairs, make_batches, read_pairs, split_pairs  # noqa: E402
 from utils.translation_corpus import CORPUS_FILE  # noqa: E402
 
 
@@ -73,7 +67,7 @@ def notes_loop(model, train, src_lang, tgt_lang, seconds: float, device: torch.d
         fr, en = rng.choice(train)
         src = torch.tensor(src_lang.encode(fr), device=device)
         tgt = torch.tensor(tgt_lang.encode(en), device=device)
-        loss = train_pair_notes_style(model, src, tgt, optimizer)
+        loss = load("05_seq2seq_translation").train_pair_notes_style(model, src, tgt, optimizer)
         pairs += 1
         log.append((pairs, clock.cpu(), clock.wall(), loss))
     return log
@@ -83,12 +77,12 @@ def course_loop(model, train, src_lang, tgt_lang, seconds: float, device: torch.
                 batch_size: int) -> list[tuple]:
     """Notebook 05's loop. Returns (pairs, cpu_s, wall_s, loss) after every batch."""
     rng = random.Random(seed)
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    train_step = load("05_seq2seq_translation").train_step
+    optimizer = torch.optim.Adam(model.parameters(), lr=7e-3, fused=device.type in ("cpu", "cuda"))
     log, clock, pairs = [], Clock(), 0
     while clock.wall() < seconds:
         for batch in make_batches(train, src_lang, tgt_lang, batch_size, rng):
-            loss = train_batch(model, batch.to(device), optimizer, 0.9, clip=1.0, generator=generator)
+            loss, _ = train_step(model, batch.to(device), optimizer, clip=1.0)
             sync(device)
             pairs += batch.src.shape[0]
             log.append((pairs, clock.cpu(), clock.wall(), loss, batch.src.shape[0]))
@@ -114,8 +108,8 @@ def first_time_below(log: list[tuple], target: float, window_pairs: int = 500) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="wall-clock cap of each loop (default 60)")
-    parser.add_argument("--hidden", type=int, default=128, help="hidden size, as in notebook 05")
-    parser.add_argument("--batch-size", type=int, default=64, help="batch size of the course loop")
+    parser.add_argument("--hidden", type=int, default=112, help="hidden size, as in notebook 05")
+    parser.add_argument("--batch-size", type=int, default=80, help="batch size of the course loop")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
     parser.add_argument("--seed", type=int, default=0)
@@ -128,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     train, _, _ = split_pairs(filter_pairs(read_pairs(CORPUS_FILE)), (0.8, 0.1, 0.1), seed=0)
     src_lang, tgt_lang = build_langs(train)
-    model = build_model("additive", src_lang, tgt_lang, args.hidden)
+    model = load("05_seq2seq_translation").build_model("content", src_lang, tgt_lang, args.hidden)
     twin = copy.deepcopy(model)  # same initial weights for both loops
     print(f"{len(train)} training pairs, hidden size {args.hidden}, device {device.type}, "
           f"{torch.get_num_threads()} thread(s), {args.seconds:.0f} s wall per loop")

@@ -3,31 +3,26 @@ import random
 import pytest
 import torch
 
+from utils.lesson_code import load
 from utils.seq2seq import (
     ENG_PREFIXES,
     EOS_token,
     PAD_token,
     SOS_token,
     UNK_token,
-    AdditiveAttention,
-    EncoderRNN,
     Lang,
-    NotesAttnDecoderRNN,
     UnknownWordError,
     batch_tensors,
     build_langs,
-    build_model,
-    evaluate,
     filter_pairs,
     make_batches,
     normalize_string,
     read_pairs,
     split_pairs,
-    train_batch,
-    train_pair_notes_style,
-    translate,
     unicode_to_ascii,
 )
+
+lesson = load("05_seq2seq_translation")  # the models as notebook 05 writes them
 
 
 @pytest.fixture(autouse=True)
@@ -137,7 +132,7 @@ def test_batches_are_padded_and_bucketed():
 
 def test_encoder_packs_padding_away():
     torch.manual_seed(0)
-    enc = EncoderRNN(20, 8)
+    enc = lesson.Encoder(20, 8)
     src = torch.tensor([[5, 6, 7, EOS_token], [8, 9, EOS_token, PAD_token]])
     out, hidden = enc(src, torch.tensor([4, 3]))
     assert torch.all(out[1, 3] == 0)  # padded position: zero output
@@ -146,61 +141,90 @@ def test_encoder_packs_padding_away():
     torch.testing.assert_close(out[1, :3], alone_out[0])
 
 
-def test_attention_content_versus_position():
+def test_the_three_attentions():
     torch.manual_seed(0)
-    attn = AdditiveAttention(8, 8, 8)
     keys = torch.randn(2, 5, 8)
+    states = torch.randn(2, 3, 8)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
-    ctx, w = attn(torch.randn(2, 8), keys, keys, mask)
-    assert ctx.shape == (2, 8) and w.shape == (2, 5)
-    torch.testing.assert_close(w.sum(1), torch.ones(2))
-    assert torch.all(w[1, 3:] == 0)
-    # content-based: permuting the encoder outputs permutes the weights
-    q = torch.randn(1, 8)
     perm = torch.tensor([4, 2, 0, 1, 3])
-    _, w1 = attn(q, keys[:1], keys[:1])
-    _, w2 = attn(q, keys[:1, perm], keys[:1, perm])
-    torch.testing.assert_close(w2, w1[:, perm])
-    # the notes' decoder: the weights do not depend on the encoder outputs at all
-    dec = NotesAttnDecoderRNN(8, 12, dropout_p=0.0, max_length=6).eval()
-    h = torch.randn(1, 1, 8)
-    token = torch.tensor([SOS_token])
-    _, _, a1 = dec.forward_step(token, h, keys[:1])
-    _, _, a2 = dec.forward_step(token, h, keys[:1, perm])
-    torch.testing.assert_close(a1, a2)
-    assert a1.shape == (1, 6)
+    for name, attention in lesson.ATTENTION.items():
+        w = attention(8)(states, keys, mask)
+        assert w.shape == (2, 3, 5)
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 3))
+        assert torch.all(w[1, :, 3:] == 0)  # padding gets no weight
+    none = lesson.NoAttention(8)(states, keys, mask)
+    assert torch.all(none[0, :, 4] == 1) and torch.all(none[1, :, 2] == 1)  # all on the last real word
+    content, location = lesson.ContentAttention(8), lesson.LocationAttention(8)
+    full = torch.ones(1, 5, dtype=torch.bool)
+    # content-based: permuting the encoder outputs permutes the weights; location-based: nothing moves
+    torch.testing.assert_close(content(states[:1], keys[:1, perm], full), content(states[:1], keys[:1], full)[..., perm])
+    torch.testing.assert_close(location(states[:1], keys[:1, perm], full), location(states[:1], keys[:1], full))
+    with pytest.raises(ValueError, match="attention must be one of"):
+        lesson.Decoder(10, 8, "luong")
+
+
+def test_models_start_equal_except_the_score():
+    src, tgt = build_langs(PAIRS)
+    weights = {}
+    for name in lesson.ATTENTION:
+        torch.manual_seed(0)
+        weights[name] = lesson.build_model(name, src, tgt, hidden_size=8).state_dict()
+    for name, state in weights.items():
+        assert all(torch.equal(v, state[k]) for k, v in weights["none"].items())
 
 
 def test_models_learn_a_tiny_corpus_and_translate():
-    torch.manual_seed(0)
     src, tgt = build_langs(PAIRS)
-    for kind in ("additive", "notes"):
-        model = build_model(kind, src, tgt, hidden_size=24, dropout_p=0.0)
+    for name in ("content", "location"):
+        torch.manual_seed(0)
+        model = lesson.build_model(name, src, tgt, hidden_size=24, dropout_p=0.0)
         opt = torch.optim.Adam(model.parameters(), lr=0.02)
         batch = batch_tensors(PAIRS, src, tgt)
-        first = train_batch(model, batch, opt, teacher_forcing_ratio=0.5, generator=torch.Generator().manual_seed(0))
+        first, _ = lesson.train_step(model, batch, opt)
         for _ in range(40):
-            last = train_batch(model, batch, opt)
-        assert last < first / 10
-        scores = evaluate(model, PAIRS, src, tgt)
+            last, norm = lesson.train_step(model, batch, opt)
+        assert last < first / 10 and norm > 0
+        scores = lesson.evaluate(model, PAIRS, src, tgt)
         assert scores.exact == 1.0 and scores.bleu == pytest.approx(100.0)
-        words, attn = translate(model, "Je la vois.", src, tgt)
+        [(words, attn)] = lesson.translate(model, ["Je la vois."], src, tgt)
         assert words == ["i", "see", "her", "."] and attn.shape == (5, 5)
-        if kind == "additive":  # the notes' weights also cover the empty positions after EOS
-            torch.testing.assert_close(attn.sum(1), torch.ones(5))
+        torch.testing.assert_close(attn.sum(1), torch.ones(5))
     with pytest.raises(UnknownWordError, match="'chien'"):
-        translate(model, "Je vois le chien.", src, tgt)
-    with pytest.raises(ValueError, match="teacher_forcing_ratio"):
-        model(batch.src, batch.src_lengths, batch.tgt, teacher_forcing_ratio=1.5)
-    with pytest.raises(ValueError, match="kind must be"):
-        build_model("luong", src, tgt)
+        lesson.translate(model, ["Je vois le chien."], src, tgt)
+    with pytest.raises(ValueError, match="reads at most 13"):
+        lesson.translate(model, [" ".join(["je"] * 13)], src, tgt)
+
+
+def test_teacher_forcing_feeds_the_target_shifted_right():
+    src, tgt = build_langs(PAIRS)
+    torch.manual_seed(0)
+    model = lesson.build_model("content", src, tgt, hidden_size=8, dropout_p=0.0).eval()
+    batch = batch_tensors(PAIRS[:2], src, tgt)
+    logits, _ = model(batch.src, batch.src_lengths, batch.tgt)
+    # step by step with the true previous words gives the same logits as the one-call pass
+    enc_out, hidden = model.encoder(batch.src, batch.src_lengths)
+    previous = torch.full((2, 1), SOS_token)
+    for t in range(batch.tgt.shape[1]):
+        step, hidden, _ = model.decoder(previous, hidden, enc_out, batch.src != PAD_token)
+        torch.testing.assert_close(step[:, 0], logits[:, t])
+        previous = batch.tgt[:, t:t + 1]
 
 
 def test_notes_style_step_trains_one_pair():
     torch.manual_seed(0)
     src, tgt = build_langs(PAIRS)
-    model = build_model("additive", src, tgt, hidden_size=16, dropout_p=0.0)
+    model = lesson.build_model("content", src, tgt, hidden_size=16, dropout_p=0.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     s, t = torch.tensor(src.encode(PAIRS[0][0])), torch.tensor(tgt.encode(PAIRS[0][1]))
-    losses = [train_pair_notes_style(model, s, t, opt) for _ in range(30)]
+    losses = [lesson.train_pair_notes_style(model, s, t, opt) for _ in range(30)]
     assert losses[-1] < losses[0] / 2
+
+
+def test_lesson_code_errors():
+    from utils import lesson_code
+
+    with pytest.raises(FileNotFoundError, match="no notebook source"):
+        lesson_code.load("99_missing")
+    assert lesson_code.shared_cells("# %% [markdown]\n# Shared with benchmarks/ and tests/\n# %%\nx = 1\n") == []
+    assert lesson_code.shared_cells("# %%\n# Shared with benchmarks/ and tests/ (x)\ny = 2\n# %%\nz = 3\n") == [
+        "# Shared with benchmarks/ and tests/ (x)\ny = 2"]
