@@ -32,7 +32,7 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 90 min. **Run time:** 110 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 90 min. **Run time:** 100 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
@@ -931,13 +931,14 @@ assert all(len(w) >= 1 for w, _ in translate(models["content"], sentences, input
 # %% [markdown]
 # What to look for. The no-attention maps are one bright column on `<eos>`: by construction, the context is the
 # encoder's final state. In the content-based maps, alignments with the order changed: *my sister* read from *ma
-# soeur*, *red* from *rouge* (ahead of *voiture*, which comes next for *car*), *did* and *see* from *vu*: the English
-# question needs an auxiliary that French does not have, and its tense comes from the French participle. Some cells
-# may sit one word late (*s dog* read at *de*): with a one-directional encoder the output at a position has read the
-# sentence only up to there, so "le chien de" is complete at *de*. Bahdanau et al. used a **bidirectional encoder
-# (双向编码器)**, whose outputs see both sides of each word, for sharper **alignments (对齐)**. The location-based maps are
-# more diffuse: the model learnt where words *usually* stand. These maps come from one training run and can differ in
-# their details on another machine; the measurement below checks the pattern over hundreds of words.
+# soeur*, *red* from *rouge* (ahead of *voiture*, which comes next for *car*), *see* from *vu*. The English question
+# needs an auxiliary, *did*, that French does not have: it has no source word of its own, and where its row looks
+# varies from run to run. Some cells may sit one word late (*s dog* read at *de*): with a one-directional encoder the
+# output at a position has read the sentence only up to there, so "le chien de" is complete at *de*. Bahdanau et al.
+# used a **bidirectional encoder (双向编码器)**, whose outputs see both sides of each word, for sharper **alignments
+# (对齐)**. The location-based maps are more diffuse: the model learnt where words *usually* stand. These maps come from
+# one training run and can differ in their details on another machine; the measurement below checks the pattern over
+# hundreds of words.
 #
 # Does the largest weight fall on the right word? For nouns and adjectives the corpus generator's lexicon
 # (`tc.NOUNS`, `tc.ADJECTIVES`) gives a known one-to-one word alignment: *chat* ↔ *cat*, *noir* ↔ *black*. For every
