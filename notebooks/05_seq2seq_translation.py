@@ -32,7 +32,7 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 90 min. **Run time:** 100 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 90 min. **Run time:** 110 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
@@ -861,43 +861,53 @@ assert sum(h == r for h, (_, r) in zip(results["content", "random"].hypotheses, 
 # %% [markdown]
 # ## 11. BLEU against sentence length
 #
-# Bahdanau et al. (2015) showed attention's effect with one figure: BLEU against the length of the source sentence.
+# Bahdanau et al. (2015) showed attention's effect with one figure: BLEU against the length of the source sentence
+# (left; exact match on the right).
 # Without attention, the decoder must carry everything in one fixed-size vector, and long sentences suffer. Our
 # sentences are short (3 to 12 tokens, punctuation included), so expect a milder version of their picture:
 
 # %%
 buckets = [(3, 5), (6, 6), (7, 7), (8, 8), (9, 9), (10, 12)]
-by_length = {}
+by_length, exact_by_length = {}, {}
 for name in NAMES:
     hypotheses = results[name, "random"].hypotheses
     for lo, hi in buckets:
         idx = [i for i, (fr, _) in enumerate(test) if lo <= len(fr.split()) <= hi]
         by_length[name, lo] = sacrebleu.corpus_bleu([hypotheses[i] for i in idx], [[test[i][1] for i in idx]],
                                                     force=True).score
+        exact_by_length[name, lo] = 100 * sum(hypotheses[i] == test[i][1] for i in idx) / len(idx)
 sizes = [sum(lo <= len(fr.split()) <= hi for fr, _ in test) for lo, hi in buckets]
-fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-for name in NAMES:
-    ax.plot(range(len(buckets)), [by_length[name, lo] for lo, _ in buckets], marker="o", label=NAMES[name])
-ax.set_xticks(range(len(buckets)), labels=[f"{lo}–{hi}\n({n})" if hi > lo else f"{lo}\n({n})"
-                                          for (lo, hi), n in zip(buckets, sizes)])
-ax.set_xlabel("French tokens in the source (test sentences, how many in brackets)")
-ax.set_ylabel("BLEU")
-ax.legend()
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), layout="constrained")
+for ax, scores, label in ((axes[0], by_length, "BLEU"), (axes[1], exact_by_length, "exact match (%)")):
+    for name in NAMES:
+        ax.plot(range(len(buckets)), [scores[name, lo] for lo, _ in buckets], marker="o", label=NAMES[name])
+    ax.set_xticks(range(len(buckets)), labels=[f"{lo}–{hi}\n({n})" if hi > lo else f"{lo}\n({n})"
+                                              for (lo, hi), n in zip(buckets, sizes)])
+    ax.set_xlabel("French tokens in the source (test sentences, how many in brackets)")
+    ax.set_ylabel(label)
+axes[0].legend()
 plt.show()
 print("test sentences per bucket:", sizes)
 short_gap = by_length["content", 3] - by_length["none", 3]
 long_gap = by_length["content", 10] - by_length["none", 10]
 content_range = max(by_length["content", lo] for lo, _ in buckets) - min(by_length["content", lo] for lo, _ in buckets)
+drop = {name: exact_by_length[name, 3] - exact_by_length[name, 10] for name in NAMES}
 print(f"gap between content-based and no attention widens by more than 10 BLEU from the shortest to the longest "
       f"sentences: {long_gap > short_gap + 10}; content-based varies by less than 10 BLEU: {content_range < 10}")
+print("exact match is lower on the longest sentences than on the shortest for every model, and content-based loses "
+      "the least:", all(d > 0 for d in drop.values()) and drop["content"] < min(drop["none"], drop["location"]))
 assert long_gap > short_gap + 10 and all(by_length["content", lo] > by_length["none", lo] for lo, _ in buckets)
 assert content_range < 10 and by_length["location", 10] < by_length["location", 6] - 5
+assert all(exact_by_length["content", lo] > exact_by_length["none", lo] + 30 for lo, _ in buckets)
+assert all(d > 0 for d in drop.values()) and drop["content"] < min(drop["none"], drop["location"]) - 5
 
 # %% [markdown]
 # The gap between content-based attention and no attention widens with the length of the sentence: the longer the
-# sentence, the more a single summary vector has to hold. Content-based attention stays nearly flat. Location-based
-# attention sits in between and also drops on the longest sentences, plausibly because their last words stand at
-# positions that few training sentences reach, so it has learnt little about where to look there.
+# sentence, the more a single summary vector has to hold. Exact match (right) is stricter — one wrong token anywhere
+# spoils the sentence — so it falls with length for every model, least for content-based attention. Content-based
+# attention stays nearly flat. Location-based attention sits in between and also drops on the longest sentences,
+# plausibly because their last words stand at positions that few training sentences reach, so it has learnt little
+# about where to look there.
 #
 # ## 12. Attention heat maps
 #
