@@ -577,7 +577,7 @@ models = {}
 for name in ATTENTION:
     seed_everything(0)
     models[name] = build_model(name, input_lang, output_lang, hidden_size=16, dropout_p=0.0).eval()
-shared = {k: v for k, v in models["none"].state_dict().items()}
+shared = models["none"].state_dict()
 for name, model in models.items():
     own = {k: v for k, v in model.state_dict().items() if ".attention." in k}
     same = all(torch.equal(v, model.state_dict()[k]) for k, v in shared.items())
