@@ -29,6 +29,14 @@ def test_standalone_command():
     assert "--max_restarts=1" in torchrun_command("utils.ddp.train", 2, max_restarts=1)
 
 
+def test_script_path_command(tmp_path):
+    script = tmp_path / "written_by_a_notebook.py"
+    script.write_text("print('hi')\n")
+    for given in (script, str(script)):
+        cmd = torchrun_command(given, 2)
+        assert cmd[-1] == str(script.resolve()) and "-m" not in cmd[3:]
+
+
 def test_multinode_command_and_format():
     cmd = torchrun_command("utils.ddp.hello", 1, nnodes=2, node_rank=1, master_port=29555)
     assert "--nnodes=2" in cmd and "--node_rank=1" in cmd and "--master_addr=127.0.0.1" in cmd
@@ -40,7 +48,8 @@ def test_multinode_command_and_format():
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"module": "utils/ddp/hello.py"}, ValueError),
+        ({"module": "utils/ddp/no_such_script.py"}, FileNotFoundError),
+        ({"module": "utils/ddp/hello"}, ValueError),
         ({"module": 3}, TypeError),
         ({"nproc": 0}, ValueError),
         ({"nproc": 2.0}, TypeError),

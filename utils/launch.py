@@ -102,11 +102,19 @@ class LaunchResult:
         return [format_command(c, dict(self.env)) for c in self.commands]
 
 
-def _check_module(module: str) -> None:
+def _script_args(module: str | os.PathLike[str]) -> list[str]:
+    """``["-m", module]`` for a dotted module name, ``[path]`` for a ``.py`` file (e.g. one a
+    notebook wrote with ``%%writefile``)."""
+    if isinstance(module, os.PathLike) or (isinstance(module, str) and module.endswith(".py")):
+        path = Path(module).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"no script {path}: write it first (e.g. run the notebook's %%writefile cell)")
+        return [str(path)]
     if not isinstance(module, str):
-        raise TypeError(f"module must be a dotted module name (str), got {type(module).__name__}")
+        raise TypeError(f"module must be a dotted module name (str) or a .py path, got {type(module).__name__}")
     if not _MODULE_NAME.match(module):
-        raise ValueError(f"module must be a dotted module name such as 'utils.ddp.hello', got {module!r}")
+        raise ValueError(f"module must be a dotted module name such as 'utils.ddp.hello' or a .py path, got {module!r}")
+    return ["-m", module]
 
 
 def _check_positive_int(name: str, value: int) -> None:
@@ -128,7 +136,7 @@ def _check_args(args: Sequence[str]) -> tuple[str, ...]:
 
 
 def torchrun_command(
-    module: str,
+    module: str | os.PathLike[str],
     nproc: int = 2,
     args: Sequence[str] = (),
     *,
@@ -145,7 +153,7 @@ def torchrun_command(
     on each machine: ``--nnodes --node_rank --master_addr --master_port`` (``master_port`` is
     required then).
     """
-    _check_module(module)
+    script = _script_args(module)
     _check_positive_int("nproc", nproc)
     _check_positive_int("nnodes", nnodes)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
@@ -165,7 +173,7 @@ def torchrun_command(
     cmd.append(f"--nproc_per_node={nproc}")
     if max_restarts:
         cmd.append(f"--max_restarts={max_restarts}")
-    cmd += ["-m", module, *_check_args(args)]
+    cmd += [*script, *_check_args(args)]
     return cmd
 
 
@@ -358,7 +366,7 @@ def run_commands(
 
 
 def run_torchrun(
-    module: str,
+    module: str | os.PathLike[str],
     nproc: int = 2,
     args: Sequence[str] = (),
     *,
@@ -370,7 +378,8 @@ def run_torchrun(
     """Run ``torchrun --standalone --nproc_per_node=nproc -m module *args`` and wait for it.
 
     Args:
-        module: the script, as a module of this repository (``"utils.ddp.train"``).
+        module: the script, as a module of this repository (``"utils.ddp.train"``) or the path of a
+            ``.py`` file (str ending in ``.py``, or a ``Path``), such as one a notebook wrote.
         nproc: worker processes (ranks) on this machine.
         args: the script's own command-line arguments.
         max_restarts: how often torchrun restarts the whole worker group after a failure
@@ -395,7 +404,7 @@ def run_torchrun(
 
 
 def run_torchrun_nodes(
-    module: str,
+    module: str | os.PathLike[str],
     nnodes: int = 2,
     nproc_per_node: int = 1,
     args: Sequence[str] = (),
