@@ -1,4 +1,6 @@
 import io
+import os
+import stat
 import random
 
 import numpy as np
@@ -99,7 +101,7 @@ def test_file_is_plain_weights_only_data(tmp_path):
     path = save_checkpoint(tmp_path / "last.pt", model=model, optimizer=opt, scheduler=sched, scaler=scaler)
     payload = torch.load(path, weights_only=True)  # no allow-listing needed
     assert payload["format"] == CHECKPOINT_FORMAT and payload["epoch"] is None
-    assert set(payload["rng"]) >= {"python", "numpy", "torch"}
+    assert list(payload["rng"]) == [0] and set(payload["rng"][0]) >= {"python", "numpy", "torch"}
     save_checkpoint(tmp_path / "last.pt", model=model, step=9)  # a file name is overwritten in place
     assert load_checkpoint(tmp_path / "last.pt", model=model).step == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
@@ -112,10 +114,26 @@ def test_keep_last_prunes_oldest(tmp_path):
         save_checkpoint(tmp_path, model=model, step=step, keep_last=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == [checkpoint_name(4), checkpoint_name(5)]
     assert latest_checkpoint(tmp_path) == tmp_path / checkpoint_name(5)
-    # an older number written later is kept even though it is not among the newest two
-    save_checkpoint(tmp_path, model=model, step=3, keep_last=2)
-    assert [p.name for p in list_checkpoints(tmp_path)] == [checkpoint_name(n) for n in (3, 4, 5)]
     assert latest_checkpoint(tmp_path / "missing") is None
+
+
+def test_rollback_moves_newer_checkpoints_aside(tmp_path):
+    model = _make()[0]
+    for step in (100, 200, 300, 400):
+        save_checkpoint(tmp_path, model=model, step=step)
+    # step 400 went wrong: resume from 300 and go on; the first new save is step 310
+    load_checkpoint(tmp_path / checkpoint_name(300), model=model)
+    save_checkpoint(tmp_path, model=model, step=310, keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == [checkpoint_name(300), checkpoint_name(310)]
+    assert latest_checkpoint(tmp_path) == tmp_path / checkpoint_name(310)  # not the stale 400
+    assert [p.name for p in list_checkpoints(tmp_path / "superseded")] == [checkpoint_name(400)]
+    assert load_checkpoint(tmp_path / "superseded" / checkpoint_name(400), model=model).step == 400
+    # saving the same number again overwrites it and moves nothing
+    save_checkpoint(tmp_path, model=model, step=310)
+    assert [p.name for p in list_checkpoints(tmp_path)] == [checkpoint_name(300), checkpoint_name(310)]
+    # a file name (not a folder) never touches the numbered checkpoints
+    save_checkpoint(tmp_path / "best.pt", model=model, step=5)
+    assert latest_checkpoint(tmp_path) == tmp_path / checkpoint_name(310)
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.99, 0.0])
@@ -240,6 +258,64 @@ def test_foreign_file_and_missing_states(tmp_path):
         load_checkpoint(tmp_path / "empty", model=model)
 
 
+def test_rng_states_are_per_rank(tmp_path):
+    model = _make()[0]
+    path = save_checkpoint(tmp_path / "own", model=model, step=1)  # no process group: rank 0
+    after_save = _draw()
+    load_checkpoint(path, model=model, rank=0)
+    assert _draw() == after_save
+    before = rng_state_dict()
+    with pytest.raises(ValueError, match=r"random states of rank\(s\) \[0\], not of rank 1"):
+        load_checkpoint(path, model=model, rank=1)  # never rank 0's generators on rank 1
+    load_rng_state_dict(before)
+    probe = _draw()
+    load_rng_state_dict(before)
+    info = load_checkpoint(path, model=model, rank=1, restore_rng=False)  # the explicit way out
+    assert info.step == 1 and _draw() == probe  # generators untouched
+
+    # every rank's states gathered into one file: each rank gets its own back
+    states = {}
+    for r in range(3):
+        random.seed(r), np.random.seed(r), torch.manual_seed(r)
+        states[r] = rng_state_dict()
+    expected = {}
+    for r in range(3):
+        load_rng_state_dict(states[r])
+        expected[r] = _draw()
+    path = save_checkpoint(tmp_path / "all", model=model, step=2, rng_states=states)
+    assert sorted(torch.load(path, weights_only=True)["rng"]) == [0, 1, 2]
+    for r in (2, 0, 1):
+        load_checkpoint(path, model=model, rank=r)
+        assert _draw() == expected[r]
+    with pytest.raises(ValueError, match="not of rank 3"):
+        load_checkpoint(path, model=model, rank=3)
+
+    # the rank a process saves under can be given explicitly
+    path = save_checkpoint(tmp_path / "r2", model=model, step=3, rank=2)
+    assert list(torch.load(path, weights_only=True)["rng"]) == [2]
+    with pytest.raises(ValueError, match="not of rank 0"):
+        load_checkpoint(path, model=model)
+    with pytest.raises(ValueError, match="not both"):
+        save_checkpoint(tmp_path / "x", model=model, step=1, rank=0, rng_states=states)
+    with pytest.raises(ValueError, match=r"rng_states\[1\] lacks"):
+        save_checkpoint(tmp_path / "x", model=model, step=1, rng_states={1: {"python": 1}})
+    with pytest.raises(TypeError, match="rng_states must be"):
+        save_checkpoint(tmp_path / "x", model=model, step=1, rng_states={})
+
+
+def test_version_1_file_is_read_as_rank_0(tmp_path):
+    model = _make()[0]
+    path = save_checkpoint(tmp_path, model=model, step=1)
+    payload = torch.load(path, weights_only=True)
+    payload["version"], payload["rng"] = 1, payload["rng"][0]  # the old layout: one state
+    torch.save(payload, path)
+    after_save = _draw()
+    load_checkpoint(path, model=model)
+    assert _draw() == after_save
+    with pytest.raises(ValueError, match="not of rank 1"):
+        load_checkpoint(path, model=model, rank=1)
+
+
 def test_rng_state_helpers():
     state = rng_state_dict()
     first = _draw()
@@ -262,6 +338,7 @@ def test_rng_state_helpers():
         ({"step": "3"}, TypeError, "step must be an int"),
         ({"epoch": True}, TypeError, "epoch must be an int"),
         ({"step": 1, "keep_last": 0}, ValueError, "keep_last must be >= 1"),
+        ({"step": 1, "rank": -1}, ValueError, "rank must be >= 0"),
         ({"step": 1, "extra": {"a": np.zeros(2)}}, TypeError, r"extra\['a'\] is a ndarray"),
         ({"step": 1, "extra": [1]}, TypeError, "extra must be a dict"),
         ({}, ValueError, "needs step= or epoch="),
@@ -309,3 +386,29 @@ def test_atomic_torch_save_round_trip_and_failure(tmp_path, monkeypatch):
     assert sorted(p.name for p in target.parent.iterdir()) == ["obj.pt"]
     with pytest.raises(TypeError, match="target"):
         atomic_torch_save({}, 3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("broken", ["open", "fsync"])
+def test_folder_fsync_refused_does_not_fail_the_save(tmp_path, monkeypatch, broken):
+    """Windows cannot open a folder; some network/FUSE filesystems reject fsync on one."""
+    from utils import checkpoint as ck
+
+    real_open, real_fsync = os.open, os.fsync
+
+    def refusing_open(path, flags, *args, **kwargs):
+        if os.path.isdir(path):
+            raise PermissionError(13, "Permission denied (simulated Windows)")
+        return real_open(path, flags, *args, **kwargs)
+
+    def refusing_fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(22, "Invalid argument (simulated network filesystem)")
+        return real_fsync(fd)
+
+    if broken == "open":
+        monkeypatch.setattr(ck.os, "open", refusing_open)
+    else:
+        monkeypatch.setattr(ck.os, "fsync", refusing_fsync)
+    path = save_checkpoint(tmp_path, model=nn.Linear(2, 2), step=1)
+    monkeypatch.undo()
+    assert load_checkpoint(path, model=nn.Linear(2, 2)).step == 1

@@ -1,7 +1,9 @@
 """Crash-proof training checkpoints: atomic saves, the last N kept, and an exact resume.
 
-Notebook 06 teaches *why* each piece is here; later notebooks (AMP, DDP, the toolkit) only call
-two functions::
+Notebook 06 teaches *why* each piece is here and writes the atomic save out in full before using
+these helpers. Other code only calls them: notebook 07 saves and resumes a ``GradScaler`` with
+``save_checkpoint(..., scaler=...)`` and ``load_checkpoint``, and the DDP scripts of notebook 08
+(``utils/ddp/``) write their checkpoints with :func:`atomic_torch_save`::
 
     from utils.checkpoint import load_checkpoint, latest_checkpoint, save_checkpoint
 
@@ -15,15 +17,41 @@ What a checkpoint holds: the model's ``state_dict`` (of the unwrapped module: no
 prefix from ``DataParallel``/``DistributedDataParallel``, no ``_orig_mod.`` from
 ``torch.compile``), the optimizer, LR scheduler and ``GradScaler`` states when given, ``epoch``,
 ``step``, a small ``extra`` dict of plain values, and the random number generator states of
-Python, NumPy and torch (CPU, and every CUDA device when CUDA is available). Everything is stored
-as tensors or plain Python values, so the file loads with ``torch.load(..., weights_only=True)``:
-opening a course checkpoint never runs code from the file.
+Python, NumPy and torch (CPU, and every CUDA device when CUDA is available), keyed by the rank of
+the process they belong to. Everything is stored as tensors or plain Python values, so the file
+loads with ``torch.load(..., weights_only=True)``, which refuses the classes and functions that a
+malicious pickle needs (an allow-list, a mitigation rather than a sandbox: keep PyTorch updated,
+and share weights with people you do not trust as safetensors).
+
+Random states and ranks: each process of a distributed run has its own generators. By default a
+checkpoint holds only the states of the process that saved it, under its rank
+(``torch.distributed.get_rank()``, 0 without a process group), and :func:`load_checkpoint`
+restores them only on that same rank: on any other rank it raises ``ValueError`` instead of
+silently giving rank N the generators of rank 0. To resume every rank exactly, gather all states
+on the saving rank and pass them as ``rng_states={rank: state}``::
+
+    states = [None] * dist.get_world_size()
+    dist.all_gather_object(states, rng_state_dict())            # on every rank
+    if dist.get_rank() == 0:
+        save_checkpoint(ckpt_dir, model=ddp_model, step=step, rng_states=dict(enumerate(states)))
+
+(or resume with ``restore_rng=False`` and accept a run that is not bit-identical).
 
 How a save survives a crash: the file is written to a temporary name in the same folder,
-flushed and ``fsync``-ed, then renamed over the final name with ``os.replace`` (atomic on POSIX
-and Windows) and the folder is ``fsync``-ed. A process killed at any moment leaves either the old
-file or the new one under the final name, never half of one (at worst a hidden ``.*.tmp`` file,
-which loading ignores and which can be deleted).
+flushed and ``fsync``-ed, then renamed over the final name with ``os.replace`` and the folder is
+``fsync``-ed. On a local POSIX filesystem (Linux, macOS) ``rename`` is atomic: a process killed at
+any moment leaves either the old file or the new one under the final name, never half of one (at
+worst a hidden ``.*.tmp`` file, which loading ignores and which can be deleted). On Windows
+``os.replace`` calls ``MoveFileEx`` with ``MOVEFILE_REPLACE_EXISTING``, which Microsoft does not
+document as atomic (and which fails while another process has the target open), and a folder
+cannot be ``fsync``-ed there (the helper skips that step where the OS refuses it). Network and
+user-space filesystems (NFS, SMB, FUSE mounts, some cloud buckets) may give none of these
+guarantees: keep checkpoints on a local disk, or check what your filesystem promises.
+
+Rolling back: saving step ``N`` into a folder first moves every ``checkpoint_<M>.pt`` with
+``M > N`` into the sub-folder ``superseded/`` (it belongs to a run you went back from), so that
+:func:`latest_checkpoint` can never pick up a stale future step after you resumed from an older
+checkpoint. ``keep_last`` then deletes the oldest files so that the newest ``keep_last`` remain.
 
 How a load notices damage: the zip container's CRC-32 checksums are verified before
 ``torch.load`` (PyTorch itself does not check them when reading), and any failure is raised as
@@ -68,7 +96,10 @@ __all__ = [
 
 CHECKPOINT_FORMAT = "torch-course-checkpoint"
 """Value of the ``"format"`` key of every file written by :func:`save_checkpoint`."""
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2 stores ``"rng"`` as ``{rank: rng_state_dict()}``; version 1 held one state (read as rank 0)."""
+SUPERSEDED_DIR = "superseded"
+"""Sub-folder that receives checkpoints with a larger number than the one being saved (a rollback)."""
 _NAME_RE = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
@@ -208,6 +239,21 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 # --------------------------------------------------------------------------- random states
 
 
+def _current_rank() -> int:
+    """This process's rank in the default process group, 0 without one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_rank())
+    return 0
+
+
+def _check_rng_state(state: Any, where: str) -> None:
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{where} must be a mapping from rng_state_dict(), got {type(state).__name__}")
+    missing = [k for k in ("python", "numpy", "torch") if k not in state]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}; make it with rng_state_dict()")
+
+
 def rng_state_dict() -> dict[str, Any]:
     """The states of Python's ``random``, NumPy's global generator and torch (CPU and CUDA).
 
@@ -241,11 +287,7 @@ def load_rng_state_dict(state: Mapping[str, Any]) -> None:
         TypeError: ``state`` is not a mapping.
         ValueError: a key (``python``, ``numpy``, ``torch``) is missing.
     """
-    if not isinstance(state, Mapping):
-        raise TypeError(f"state must be a mapping from rng_state_dict(), got {type(state).__name__}")
-    missing = [k for k in ("python", "numpy", "torch") if k not in state]
-    if missing:
-        raise ValueError(f"RNG state lacks {', '.join(missing)}; make it with rng_state_dict()")
+    _check_rng_state(state, "RNG state")
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]
@@ -269,7 +311,13 @@ def load_rng_state_dict(state: Mapping[str, Any]) -> None:
 
 
 def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX); a no-op where folders cannot be opened (Windows)."""
+    """Make a rename in ``folder`` durable where the OS allows it; otherwise do nothing.
+
+    On Linux and macOS a folder can be opened read-only and ``fsync``-ed. Windows refuses to open
+    a folder with ``os.open`` (``PermissionError``), and some filesystems (network, FUSE) reject
+    ``fsync`` on a folder (``EINVAL``): the rename has already happened then, so the save is not
+    failed for it, it is only less certain to survive a power cut.
+    """
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -286,8 +334,10 @@ def atomic_torch_save(obj: Any, target: str | os.PathLike[str]) -> Path:
     """``torch.save(obj, target)`` such that ``target`` is never seen half-written.
 
     The bytes go to a temporary file in the same folder, are flushed and fsync'ed, and then
-    ``os.replace`` puts the file under its final name in one step (the folder is fsync'ed too).
-    An exception (or a crash) leaves the previous file untouched. Returns the target path.
+    ``os.replace`` puts the file under its final name in one step (the folder is fsync'ed too,
+    where the OS allows it). An exception (or a crash) leaves the previous file untouched.
+    Returns the target path. The rename is atomic on local POSIX filesystems only; see the module
+    docstring for Windows and network filesystems.
     """
     target = _as_path(target, "target")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -325,6 +375,8 @@ def save_checkpoint(
     step: int | None = None,
     extra: Mapping[str, Any] | None = None,
     keep_last: int | None = None,
+    rank: int | None = None,
+    rng_states: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write a full training checkpoint atomically and return its path.
 
@@ -340,10 +392,19 @@ def save_checkpoint(
             int, float, str, tensors and lists/tuples/dicts of them.
         keep_last: in folder mode, delete older ``checkpoint_*.pt`` files so that the newest
             ``keep_last`` remain (the file just written is never deleted). ``None`` keeps all.
+        rank: the rank under which this process's RNG states are stored; by default
+            ``torch.distributed.get_rank()``, or 0 without a process group.
+        rng_states: ``{rank: rng_state_dict()}`` of several processes (gathered with
+            ``dist.all_gather_object``) to store instead of this process's own states, so that
+            every rank can resume its own generators.
 
     The RNG states (Python, NumPy, torch CPU/CUDA) are always saved. Only the final rename makes
     the new file visible, so an exception or a killed process during the save leaves the previous
     checkpoints untouched and nothing under the new name.
+
+    Rollback: in folder mode, checkpoints with a *larger* number than the one being written are
+    first moved into the sub-folder ``superseded/`` (replacing a file of the same name there):
+    they belong to a run you went back from, and would otherwise stay the "latest" checkpoint.
 
     Raises:
         TypeError: a component, ``epoch``, ``step``, ``keep_last`` or a value in ``extra`` has the
@@ -356,6 +417,19 @@ def save_checkpoint(
     _check_count(epoch, "epoch", 0)
     _check_count(step, "step", 0)
     _check_count(keep_last, "keep_last", 1)
+    _check_count(rank, "rank", 0)
+    if rng_states is None:
+        rng = {_current_rank() if rank is None else int(rank): rng_state_dict()}
+    else:
+        if rank is not None:
+            raise ValueError("pass rank= or rng_states=, not both (rng_states already names the ranks)")
+        if not isinstance(rng_states, Mapping) or not rng_states:
+            raise TypeError(f"rng_states must be a non-empty dict {{rank: rng_state_dict()}}, got {rng_states!r:.60}")
+        rng = {}
+        for key, state in rng_states.items():
+            _check_count(key, "a key of rng_states", 0)
+            _check_rng_state(state, f"rng_states[{key}]")
+            rng[int(key)] = dict(state)
     if extra is not None and not isinstance(extra, Mapping):
         raise TypeError(f"extra must be a dict or None, got {type(extra).__name__}")
     extra_dict = dict(extra or {})
@@ -367,6 +441,7 @@ def save_checkpoint(
         if number is None:
             raise ValueError(f"saving into the folder {target} needs step= or epoch= to name the file")
         target = target / checkpoint_name(int(number))
+        newer = [p for p in list_checkpoints(target.parent) if _number(p) > int(number)]
     elif keep_last is not None:
         raise ValueError(f"keep_last needs a folder to prune, but {target} is a file name")
 
@@ -380,9 +455,16 @@ def save_checkpoint(
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "scaler": None if scaler is None else scaler.state_dict(),
-        "rng": rng_state_dict(),
+        "rng": rng,
         "extra": extra_dict,
     }
+    if folder_mode and newer:
+        # before the new file appears: a crash in between leaves the older, consistent timeline
+        aside = target.parent / SUPERSEDED_DIR
+        aside.mkdir(exist_ok=True)
+        for stale in newer:
+            os.replace(stale, aside / stale.name)
+        _fsync_dir(target.parent)
     atomic_torch_save(payload, target)
 
     if folder_mode and keep_last is not None:
@@ -443,6 +525,7 @@ def load_checkpoint(
     restore_rng: bool = True,
     fallback: bool = False,
     verify: bool = True,
+    rank: int | None = None,
 ) -> LoadedCheckpoint:
     """Restore a checkpoint written by :func:`save_checkpoint` into the given objects.
 
@@ -456,8 +539,12 @@ def load_checkpoint(
             onto the devices the model and optimizer already use.
         strict: passed to ``model.load_state_dict``; with ``False`` the missing and unexpected keys
             are reported in the result.
-        restore_rng: also restore the Python/NumPy/torch random states (needed for a bit-identical
-            resume when the model uses dropout or data augmentation).
+        restore_rng: also restore the Python/NumPy/torch random states of this process's rank
+            (needed for a bit-identical resume when the model uses dropout or data augmentation).
+            A file that holds no states for this rank raises ``ValueError`` (never restores
+            another rank's generators); pass ``restore_rng=False`` to resume without them.
+        rank: whose RNG states to restore; by default ``torch.distributed.get_rank()``, or 0
+            without a process group.
         fallback: when the file is truncated or corrupt, load the newest older checkpoint of the
             same folder that works; the damaged ones are listed in ``result.skipped``.
         verify: check the CRC-32 of every record of the zip file before loading (this reads the
@@ -471,7 +558,8 @@ def load_checkpoint(
         FileNotFoundError: ``path`` does not exist, or the folder holds no checkpoint.
         CheckpointError: (a ``ValueError``) the file, or with ``fallback=True`` every candidate, is
             truncated, corrupt or not a course checkpoint; the message names the file(s).
-        ValueError: an optimizer/scheduler/scaler was passed but the file holds no state for it.
+        ValueError: an optimizer/scheduler/scaler was passed but the file holds no state for it,
+            or ``restore_rng=True`` and the file holds no RNG states for this rank.
         RuntimeError: from ``load_state_dict`` when the model does not fit the saved weights.
     """
     source = _as_path(path, "path")
@@ -479,6 +567,7 @@ def load_checkpoint(
     for flag, name in ((strict, "strict"), (restore_rng, "restore_rng"), (fallback, "fallback"), (verify, "verify")):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    _check_count(rank, "rank", 0)
 
     if source.is_dir():
         candidates = list_checkpoints(source)[::-1]
@@ -515,6 +604,20 @@ def load_checkpoint(
     for component, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
         if component is not None and payload.get(key) is None:
             raise ValueError(f"checkpoint {loaded_from} holds no {key} state, but a {key} was passed")
+    rng_state = None
+    if restore_rng and payload.get("rng") is not None:
+        states = payload["rng"]
+        if payload.get("version") == 1 or "python" in states:  # version 1: one state, saved by rank 0
+            states = {0: states}
+        me = _current_rank() if rank is None else int(rank)
+        if me not in states:
+            raise ValueError(
+                f"checkpoint {loaded_from} holds the random states of rank(s) {sorted(states)}, not of rank {me}: "
+                "restoring another rank's generators would give this rank the same random numbers. "
+                "Save with rng_states={rank: rng_state_dict()} gathered from every rank, "
+                "or load with restore_rng=False (the resume is then not bit-identical)"
+            )
+        rng_state = states[me]
 
     incompatible = unwrap_model(model).load_state_dict(payload["model"], strict=strict)
     if optimizer is not None:
@@ -523,8 +626,8 @@ def load_checkpoint(
         scheduler.load_state_dict(payload["scheduler"])
     if scaler is not None:
         scaler.load_state_dict(payload["scaler"])
-    if restore_rng and payload.get("rng") is not None:
-        load_rng_state_dict(payload["rng"])
+    if rng_state is not None:
+        load_rng_state_dict(rng_state)
     return LoadedCheckpoint(
         path=loaded_from,
         epoch=payload.get("epoch"),
