@@ -2,25 +2,30 @@
 # # 06 · Saving, loading and checkpoints (保存和加载模型)
 #
 # **What you learn.** What a `state_dict` (状态字典) holds for a model and for an optimizer; how to save
-# and load weights the recommended way, and why pickling a whole model breaks; why `torch.load` is
-# only safe with `weights_only=True` (the default since PyTorch 2.6) and what `safetensors` adds;
-# how to write a *full* training checkpoint (检查点) and resume a run so that it ends **bit-identical**
-# to a run that was never interrupted; how to make checkpoints survive a crash in the middle of a
-# save; warm-starting (热启动) a different model; loading across devices with `map_location`; the
-# `module.` prefix of `DataParallel`/DDP; and exporting a model for deployment, from the notes'
-# TorchScript to `torch.export`.
+# and load weights the recommended way, and why pickling a whole model breaks; why `torch.load` must
+# keep `weights_only=True` (the default since PyTorch 2.6), what that allow-list does and does not
+# promise, and why weights from strangers belong in `safetensors`; how to write a *full* training
+# checkpoint (检查点) and resume a run (断点续训) so that it ends **bit-identical** to a run that was
+# never interrupted; how to write a file that a crash cannot tear (an atomic save, 原子保存), by hand
+# and then with the course's helper; warm-starting (热启动) a different model; loading across devices
+# with `map_location`, lazily with `mmap=True`, and into a model built on the `meta` device; the
+# `module.` prefix of `DataParallel`/DDP and the `_orig_mod.` prefix of `torch.compile`; and exporting a
+# model for deployment, from the notes' TorchScript to `torch.export` and AOTInductor.
 #
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 45 min. **Run time:** 15 s on the 2-core course machine (one thread, measured by
-# `make execute`; more on a busy machine), most of it spent importing PyTorch, in `torch.export`, and in a child Python process that we kill on purpose.
+# **Study time:** about 55 min. **Run time:** 45 s on the 2-core course machine (one thread, measured by
+# `make execute`; more on a busy machine), most of it spent importing PyTorch and its compiler stack (`torch.compile`, `torch.export`) and in a
+# child Python process that we kill on purpose.
 #
 # **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would
 # happen instead); checkpoints then also hold the CUDA random states, and the resume demonstration
 # runs on the GPU.
 #
-# The crash-proof helpers built here live in `utils/checkpoint.py`; notebooks 07–09 use them too.
+# The crash-proof helpers built here live in `utils/checkpoint.py`: notebook 07 saves and resumes a
+# `GradScaler` with `save_checkpoint(..., scaler=...)` and `load_checkpoint`, and the DDP scripts of
+# notebook 08 write their checkpoints with `atomic_torch_save`.
 
 # %%
 import contextlib
@@ -50,7 +55,7 @@ from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from utils import REPO_ROOT, get_device, relpath, seed_everything
-from utils.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from utils.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, unwrap_model
 
 seed_everything(0)
 device = get_device()
@@ -76,15 +81,15 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| fil
 #
 # Three functions do all the work (the notes list them first):
 #
-# * `torch.save(obj, path)` serialises an object with Python's `pickle` into a zip file;
-# * `torch.load(path)` unpickles it again;
+# * `torch.save(obj, path)` serialises (序列化) an object with Python's `pickle` into a zip file;
+# * `torch.load(path)` unpickles it again, i.e. deserialises it (反序列化);
 # * `module.load_state_dict(sd)` copies a dictionary of tensors into a model's parameters.
 #
 # A model's `state_dict` maps each parameter (参数) and **buffer** (缓冲区) name to its tensor, in
 # registration order; layers without parameters (`MaxPool2d`, `ReLU`) have no entries. An
 # optimizer's `state_dict` has two parts: `state` (per-parameter tensors such as SGD's momentum
 # buffer, empty before the first step) and `param_groups` (hyper-parameters). The notes' printout
-# shows `params` as long numbers (Python object ids in PyTorch 1.x); today they are the positions
+# shows `params` as long numbers (Python object ids, in old PyTorch versions); today they are the positions
 # `0, 1, 2, …` of the parameters, so a saved optimizer state fits any new model built the same way.
 # Here is the notes' `TheModelClass`:
 
@@ -291,9 +296,14 @@ assert renamed_failed
 #
 # We build such a file, harmlessly: its payload would call `open(marker, "w")`, creating an empty
 # marker file in a temporary folder. We **do not** load it with `weights_only=False`; reading its
-# instructions with `pickletools` is proof enough of what that would do. `weights_only=True` uses an
-# unpickler that accepts only an allow-list (tensors, storages, dicts, lists, numbers, strings...):
-# it refuses the file before calling anything, and the marker does not appear.
+# instructions with `pickletools` is proof enough of what that would do. `weights_only=True` switches
+# to PyTorch's own unpickler (`torch/_weights_only_unpickler.py`), which executes only a subset of the
+# pickle instructions: `GLOBAL` never imports anything, it only looks the name up in an allow-list
+# (tensor and storage rebuild functions, dtypes, `torch.Size`, `torch.device`, `nn.Parameter`,
+# `OrderedDict`, `Counter`, `set`, plus what you add yourself; names from `os` and `sys` are refused
+# even then); `REDUCE` calls only allow-listed functions; `BUILD` only fills tensors, parameters,
+# `OrderedDict`s and allow-listed classes; any other instruction is an error. Our file is refused at
+# `GLOBAL io open`, before anything is called, and the marker does not appear.
 
 # %%
 class Booby:
@@ -360,9 +370,30 @@ print("stored as a plain dict ->", plain, "->", TrainConfig(**plain))
 assert refused and TrainConfig(**plain) == TrainConfig()
 
 # %% [markdown]
+# ### An allow-list, not a sandbox
+#
+# `weights_only=True` is a **mitigation**, not a security boundary. The allowed functions still run
+# with arguments taken from the file, behind them sits C++ code that parses sizes, strides and
+# offsets, and `torch.load` itself chooses how to read a file; a bug in any of this machinery is a
+# way around the allow-list. It has happened:
+# CVE-2025-32434 bypassed it (fixed in PyTorch 2.6), and CVE-2026-24747 bypassed it again (fixed in
+# 2.10). So:
+#
+# * files you or your team wrote: `torch.load` with the default `weights_only=True` (never `False`);
+# * weights from people you do not trust: ask for **`safetensors`** (next), whose loader only parses
+#   a JSON header and copies bytes;
+# * keep PyTorch updated, since the next bypass will be fixed in a release, not in your code.
+
+# %%
+torch_version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+print("torch", ".".join(map(str, torch_version)), "| has the 2.6 fix:", torch_version >= (2, 6),
+      "| has the 2.10 fix:", torch_version >= (2, 10))
+assert torch_version >= (2, 10)
+
+# %% [markdown]
 # ### `safetensors`: a format with no code in it
 #
-# To *share* weights, the `safetensors` format (Hugging Face) is safe by construction: 8 bytes giving
+# To *share* weights, the `safetensors` format (Hugging Face) has no code in it: 8 bytes giving
 # the header length, a JSON header (name → dtype, shape, byte range, plus optional string
 # metadata), then raw tensor bytes. There is nothing to execute, and it can be memory-mapped. Two
 # limits: it stores only tensors (metadata must be strings), and it refuses tensors that share memory
@@ -406,7 +437,10 @@ assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
 # %% [markdown]
 # ## 5. A training checkpoint
 #
-# To *continue* training, weights are not enough. The notes save a dictionary with the epoch, the
+# A **checkpoint** (检查点) is a file holding everything needed to continue a training run later;
+# resuming from one after a crash or a time limit is 断点续训. (Notebooks 09 and 10 meet *activation
+# checkpointing* (激活重计算), which is unrelated: it recomputes activations in the backward pass to save
+# memory and writes no file.) To *continue* training, weights are not enough. The notes save a dictionary with the epoch, the
 # model and optimizer `state_dict`s and the last loss, and use the `.tar` extension by convention
 # (any name works: the file is a zip either way). Loading builds the model and optimizer first, then
 # restores both. Here is that recipe on a small classifier, with a toy data set:
@@ -468,11 +502,62 @@ assert torch.equal(clf2_opt.state_dict()["state"][0]["momentum_buffer"],
 # The last row is solved by design rather than by saving: derive each epoch's shuffle from a
 # generator seeded with the epoch number, so any step's batch can be recomputed.
 #
-# `utils/checkpoint.py` packs all of it: `save_checkpoint(folder, model=, optimizer=, scheduler=,
-# scaler=, epoch=, step=, extra=, keep_last=)` writes `checkpoint_<step>.pt` and
-# `load_checkpoint(folder_or_file, model=, ...)` restores everything. Its files hold only tensors and
-# plain values, so it loads them with `weights_only=True`. Let's first train 24 steps without
-# interruption, as the reference.
+# ### Saving so that a crash cannot tear the file
+#
+# A plain `torch.save(ckpt, "checkpoint.pt")` writes the file in place: if the process dies halfway
+# (out of memory, a cluster job killed at its time limit, a power cut) the file under the final name is
+# truncated and the previous good checkpoint has already been overwritten. The classic recipe is an
+# **atomic save** (原子保存):
+#
+# 1. write to a temporary file **in the same folder** (a rename is only atomic within one file system);
+# 2. `flush()` (Python's buffer to the OS) and `os.fsync()` (the OS cache to the disk);
+# 3. `os.replace(tmp, final)`: one rename, so readers see the old file or the new one, never half;
+# 4. `fsync` the folder, so that the rename itself survives a power cut.
+#
+# Step 3 is atomic for a `rename` on a **local POSIX file system** (Linux, macOS). On Windows,
+# `os.replace` calls `MoveFileEx(..., MOVEFILE_REPLACE_EXISTING)`, which Microsoft does not document
+# as atomic, and a folder cannot be opened to `fsync` it. Network and user-space file systems (NFS,
+# SMB, FUSE mounts, cloud buckets) may give none of these guarantees and may reject `fsync` on a
+# folder. Here are the twelve lines:
+
+# %%
+def atomic_save(obj, final_path) -> None:
+    folder = os.path.dirname(os.path.abspath(final_path))
+    fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", dir=folder)  # 1. same folder
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()  # 2. Python's buffer -> OS
+            os.fsync(f.fileno())  #    OS cache -> disk
+        os.replace(tmp_path, final_path)  # 3. the atomic step
+    except BaseException:
+        os.unlink(tmp_path)  # a failed save leaves no litter
+        raise
+    with contextlib.suppress(OSError):  # 4. not possible on Windows and some network file systems
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+by_hand = RUN_DIR / "by_hand.pt"
+atomic_save({"step": 1, "w": torch.arange(3.0)}, by_hand)
+with mock.patch.object(torch, "save", side_effect=OSError(28, "No space left on device (simulated)")):
+    with contextlib.suppress(OSError):
+        atomic_save({"step": 2, "w": torch.zeros(3)}, by_hand)  # fails before the rename
+kept = torch.load(by_hand)
+print("after a failed second save the file still holds step", kept["step"], "| files:",
+      sorted(p.name for p in RUN_DIR.iterdir() if p.name.startswith((".tmp-", "by_hand"))))
+assert kept["step"] == 1 and not any(p.name.startswith(".tmp-") for p in RUN_DIR.iterdir())
+
+# %% [markdown]
+# `utils/checkpoint.py` does exactly this in `atomic_torch_save` and packs the whole table above
+# around it: `save_checkpoint(folder, model=, optimizer=, scheduler=, scaler=, epoch=, step=, extra=,
+# keep_last=)` writes `checkpoint_<step>.pt` atomically, then deletes all but the newest `keep_last`
+# files, and `load_checkpoint(folder_or_file, model=, ...)` restores everything. Its files hold only
+# tensors and plain values, so it loads them with `weights_only=True`. Let's first train 24 steps
+# without interruption, as the reference.
 
 # %%
 def batch_at(step: int):
@@ -576,20 +661,10 @@ print("without optimizer state: weights differ from the reference:", no_opt > 0)
 assert no_rng > 1e-4 and no_opt > 1e-4
 
 # %% [markdown]
-# ## 6. Crash-proof saving
+# ## 6. Crash-proof saving and loading
 #
-# A plain `torch.save(ckpt, "checkpoint.pt")` writes the file in place: if the process dies halfway
-# (out of memory, a cluster job killed at its time limit, a power cut) the file under the final name is
-# truncated and the previous good checkpoint has already been overwritten. `save_checkpoint` avoids
-# this with the classic recipe:
-#
-# 1. write to a temporary file **in the same folder** (so the rename stays on one file system);
-# 2. `flush()` and `os.fsync()` so that the bytes are on disk, not only in the OS cache;
-# 3. `os.replace(tmp, final)`: an atomic rename, so readers see the old file or the new one, never half;
-# 4. `fsync` the folder so that the rename itself survives a power cut;
-# 5. only then delete checkpoints older than the last `keep_last`.
-#
-# On loading, `load_checkpoint` verifies the zip's CRC-32 checksums (plain `torch.load` does not
+# `save_checkpoint` writes with the four steps of `atomic_save` above, and only then deletes
+# checkpoints older than the last `keep_last`. On loading, `load_checkpoint` verifies the zip's CRC-32 checksums (plain `torch.load` does not
 # check them) and turns any failure into a `CheckpointError` naming the file. Here is what a
 # plain in-place save leaves when it dies mid-write (we write half of a real file under the next
 # name), and how `fallback=True` recovers:
@@ -631,6 +706,41 @@ except CheckpointError as err:
     caught = True
     print("load_checkpoint:", short(err))
 assert where > 0 and caught and not torch.equal(silently, flip_model.net[0].weight.detach().cpu())
+
+# %% [markdown]
+# Two more situations where "the newest file" is the wrong answer:
+#
+# * **Rolling back.** The loss blew up after step 24, so you resume from step 24 on purpose and go on
+#   (say with a smaller learning rate), saving step 25. The stale step-28 file of the abandoned run
+#   would still carry the largest number, and the next automatic resume after a crash would pick it.
+#   So saving step *N* first moves every checkpoint numbered above *N* into the sub-folder
+#   `superseded/` (moved, not deleted: you may still want to look at it).
+# * **Several processes.** In DDP every rank has its own random generators (notebook 08), but only
+#   rank 0 writes the file. A checkpoint stores the states under the rank that saved them, and
+#   `load_checkpoint` on any other rank refuses with a `ValueError` instead of silently giving rank 3
+#   the dropout masks of rank 0. Either gather every rank's `rng_state_dict()` and pass
+#   `rng_states={rank: state}` to `save_checkpoint`, or resume with `restore_rng=False`. Here `rank=`
+#   is passed explicitly, as a process of a process group would find it.
+
+# %%
+rollback_dir = RUN_DIR / "rollback"
+for step in (20, 24, 28):
+    save_checkpoint(rollback_dir, model=model, step=step)
+load_checkpoint(rollback_dir / "checkpoint_00000024.pt", model=model)  # go back to step 24
+save_checkpoint(rollback_dir, model=model, step=25)  # the first save of the new timeline
+print("checkpoints:", [p.name for p in list_checkpoints(rollback_dir)],
+      "| superseded/:", [p.name for p in list_checkpoints(rollback_dir / "superseded")])
+assert list_checkpoints(rollback_dir)[-1].name == "checkpoint_00000025.pt"
+
+try:
+    load_checkpoint(rollback_dir, model=model, rank=1)
+    refused = False
+except ValueError as err:
+    refused = True
+    print("on rank 1 ->", type(err).__name__, ":", short(err).split(":")[0])
+info = load_checkpoint(rollback_dir, model=model, rank=1, restore_rng=False)
+print("rank 1 with restore_rng=False loads step", info.step)
+assert refused and info.step == 25
 
 # %% [markdown]
 # An exception in the middle of `save_checkpoint` (here `torch.save` is patched to write half the bytes
@@ -838,6 +948,76 @@ print("tensor after t.to(float64):", t.dtype, "| module after layer.to(float64):
 assert t.dtype == torch.float32 and layer.weight.dtype == torch.float64 and returned is layer
 
 # %% [markdown]
+# ### Large models: `mmap=True` and the `meta` device
+#
+# A plain `torch.load` reads every tensor's bytes into freshly allocated memory, and building the model
+# first allocates (and randomly initialises) a second copy of every parameter: a 10 GB model briefly
+# needs 20 GB. Two switches avoid both copies.
+#
+# `torch.load(path, mmap=True)` **maps** the file into memory (内存映射) instead of reading it: the
+# returned tensors are slices of one mapping of the whole file, each starting at its record's byte
+# offset, and the operating system reads a page from disk only when it is first touched (lazily). The
+# mapping is private by default (`MAP_PRIVATE`): an in-place change makes a private copy of the page
+# and never writes to the file. The proof below: for every tensor, its address minus its byte offset in
+# the file is the same number, the address where the file's first byte is mapped.
+
+# %%
+seed_everything(0)
+big = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+big_path = RUN_DIR / "big.pt"
+torch.save(big.state_dict(), big_path)
+
+mapped = torch.load(big_path, mmap=True)
+file_bytes = big_path.read_bytes()
+offsets = {name: file_bytes.find(t.numpy().tobytes()) for name, t in mapped.items()}
+file_start = {t.untyped_storage().data_ptr() - offsets[name] for name, t in mapped.items()}
+print("byte offsets of the tensors in the file:", offsets)
+print("address - offset is one number for all", len(mapped), "tensors:", len(file_start) == 1)
+assert all(offset > 0 for offset in offsets.values()) and len(file_start) == 1
+assert all(torch.equal(mapped[name], value) for name, value in big.state_dict().items())
+
+with torch.no_grad():
+    mapped["0.bias"].add_(1.0)  # copy-on-write: changes this process's page only
+print("the file is unchanged after an in-place add:", torch.equal(torch.load(big_path)["0.bias"], big[0].bias))
+assert torch.equal(torch.load(big_path)["0.bias"], big[0].bias)
+mapped = torch.load(big_path, mmap=True)
+
+# %% [markdown]
+# A model built under `with torch.device("meta"):` has parameters with a shape and a dtype but **no
+# storage**: nothing is allocated and the random initialisation does nothing. Loading into it with the
+# ordinary `load_state_dict` *copies* into those parameters, which is impossible on `meta`: PyTorch
+# warns once per parameter that the copy "is a no-op" and the model stays empty. With
+# `load_state_dict(sd, assign=True)` the module **takes the loaded tensors themselves** as its
+# parameters (wrapped as `nn.Parameter`, keeping the module's `requires_grad`). With `mmap=True` they
+# are still views of the file: the model now costs no memory until its pages are used. Caveat:
+# anything not in the file (a buffer registered with `persistent=False`) stays on `meta` and must be
+# recreated.
+
+# %%
+with torch.device("meta"):
+    skeleton = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+print("built on:", {p.device.type for p in skeleton.parameters()})
+assert all(p.is_meta for p in skeleton.parameters())
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    skeleton.load_state_dict(mapped)  # without assign=True
+print(f"without assign=True: {len(caught)} x {caught[0].category.__name__}:",
+      str(caught[0].message).split(", which")[0].split(": ", 1)[1], "... is a no-op")
+assert len(caught) == 4 and all(w.category is UserWarning and "no-op" in str(w.message) for w in caught)
+assert all(p.is_meta for p in skeleton.parameters())  # still empty
+
+print("with assign=True:", skeleton.load_state_dict(mapped, assign=True))
+print("parameters now on:", {p.device.type for p in skeleton.parameters()},
+      "| are the mapped tensors themselves:", skeleton[0].weight.data_ptr() == mapped["0.weight"].data_ptr())
+assert not any(p.is_meta for p in skeleton.parameters())
+assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in skeleton.parameters())
+assert skeleton[0].weight.data_ptr() == mapped["0.weight"].data_ptr()
+x = torch.randn(4, 256)
+with torch.no_grad():
+    assert torch.equal(skeleton(x), big(x))
+
+# %% [markdown]
 # ### The `module.` prefix of `DataParallel` and DDP
 #
 # `nn.DataParallel(model)` and `DistributedDataParallel(model)` store your model as their attribute
@@ -876,6 +1056,32 @@ consume_prefix_in_state_dict_if_present(fixed, "module.")
 print("consume_prefix_in_state_dict_if_present:", list(fixed), WithSubmodule().load_state_dict(fixed))
 print("save_checkpoint stores keys:", list(torch.load(save_checkpoint(RUN_DIR / "dp", model=wrapped, step=0))["model"]))
 assert list(fixed) == list(bare.state_dict())
+
+# %% [markdown]
+# `torch.compile(model)` adds a prefix of its own. It returns an `OptimizedModule` that keeps your
+# model as its attribute `_orig_mod`, so its `state_dict` keys start with `_orig_mod.` (and with
+# `_orig_mod.module.` for a compiled DDP model). Creating the wrapper compiles nothing: compilation
+# happens at the first call, so looking at the keys is cheap. The cures are the same as for `module.`:
+# save `compiled._orig_mod.state_dict()`, or strip the prefix with
+# `consume_prefix_in_state_dict_if_present`. `utils.checkpoint.unwrap_model` removes both wrappers, in
+# any nesting, and `save_checkpoint`/`load_checkpoint` use it.
+
+# %%
+from torch._dynamo.utils import counters as dynamo_counters  # torch.compile's own statistics
+
+compiled = torch.compile(bare)  # no call: nothing is compiled
+compiled_sd = compiled.state_dict()
+print("torch.compile keys:", list(compiled_sd), "| frames compiled so far:", dynamo_counters["frames"]["ok"])
+assert dynamo_counters["frames"]["ok"] == 0
+assert compiled._orig_mod is bare and list(compiled_sd) == ["_orig_mod.submodule.weight", "_orig_mod.submodule.bias"]
+
+stripped = OrderedDict(compiled_sd)
+consume_prefix_in_state_dict_if_present(stripped, "_orig_mod.")
+print("after consume_prefix_in_state_dict_if_present:", list(stripped), WithSubmodule().load_state_dict(stripped))
+print("unwrap_model(torch.compile(DataParallel(m))) is m:", unwrap_model(torch.compile(nn.DataParallel(bare))) is bare)
+saved_keys = list(torch.load(save_checkpoint(RUN_DIR / "compiled", model=compiled, step=0))["model"])
+print("save_checkpoint stores keys:", saved_keys)
+assert saved_keys == list(bare.state_dict()) and unwrap_model(torch.compile(nn.DataParallel(bare))) is bare
 
 # %% [markdown]
 # ### A historical note: `UnicodeDecodeError` and `encoding="latin1"`
@@ -946,9 +1152,11 @@ assert not torch.equal(traced_gate(negative), gate(negative))
 # `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a graph, but it
 # **refuses** data-dependent Python control flow instead of silently baking in one branch, and it
 # records which dimensions may vary: here the batch dimension, declared with `torch.export.Dim`.
-# `torch.export.save` writes a `.pt2` file and `torch.export.load` reads it back as an
-# `ExportedProgram`; `.module()` turns that into a callable. Its outputs match eager PyTorch for
-# batch sizes it never saw.
+# `torch.export.save` writes a `.pt2` file (the graph, serialised, plus the weights) and
+# `torch.export.load` reads it back as an `ExportedProgram`; `.module()` turns that into a callable.
+# Note what this is: a graph that **Python** reloads and runs with PyTorch's operators, so the
+# deployment machine still needs Python and PyTorch, but not your model's source code. Its outputs
+# match eager PyTorch (checked with `torch.testing.assert_close`) for batch sizes it never saw.
 
 # %%
 seed_everything(0)
@@ -963,9 +1171,9 @@ print("operations in the graph:",
 for n in (1, 3, 17):
     x = torch.randn(n, 10)
     with torch.no_grad():
-        same = torch.allclose(reloaded(x), deploy(x), rtol=1e-6, atol=1e-6)
-    print(f"batch {n:>2}: .pt2 output equals eager: {same}")
-    assert same
+        out = reloaded(x)
+        torch.testing.assert_close(out, deploy(x))
+    print(f"batch {n:>2}: .pt2 output {tuple(out.shape)} matches eager (assert_close)")
 
 # %% [markdown]
 # The decision gate cannot be exported as written: the exporter stops with a
@@ -998,6 +1206,27 @@ for x in (torch.ones(3), negative):
     assert torch.equal(gate_pt2(x), gate(x))
 
 # %% [markdown]
+# ### Without Python: AOTInductor and ExecuTorch
+#
+# To run the exported program with **no Python at all** (a C++ server, an embedded device), compile it
+# ahead of time. On servers and desktops that is **AOTInductor**: `torch._inductor.aoti_compile_and_package`
+# generates C++ (and Triton kernels on a GPU), builds it into a shared library with the system's C++
+# compiler, and packs library and weights into another `.pt2` package. Python can load it with
+# `torch._inductor.aoti_load_package`; C++ loads it with `torch::inductor::AOTIModelPackageLoader`
+# (from libtorch). For phones and microcontrollers the route is **ExecuTorch** (`.pte` files), a
+# separate project. We show the AOTInductor code rather than run it: it needs a C++ compiler, and on
+# the course machine compiling even this tiny model took over a minute on one thread, most of a
+# notebook's time budget.
+#
+# ```python
+# package = torch._inductor.aoti_compile_and_package(exported, package_path=RUN_DIR / "deploy_aoti.pt2")
+# compiled_model = torch._inductor.aoti_load_package(package)  # or AOTIModelPackageLoader in C++
+# x = torch.randn(5, 10)
+# with torch.no_grad():
+#     torch.testing.assert_close(compiled_model(x), deploy(x))  # compiled kernels: compare with tolerances
+# ```
+
+# %% [markdown]
 # ## Summary
 #
 # * A `state_dict` is an ordered dictionary of parameters **and persistent buffers** (BatchNorm's
@@ -1007,17 +1236,25 @@ for x in (torch.ones(3), negative):
 #   Pickling the whole model stores only a *reference* to its class and breaks when code moves.
 # * `torch.load` unpickles, and unpickling can run code. Keep the default `weights_only=True`; allow a
 #   trusted custom class with `torch.serialization.safe_globals`/`add_safe_globals`, or store plain
-#   data. Share weights as `safetensors`.
+#   data. That allow-list is a mitigation, not a sandbox (it was bypassed twice, fixed in 2.6 and
+#   2.10): keep PyTorch updated and take weights from strangers only as `safetensors`.
 # * A resumable checkpoint holds model, optimizer, scheduler, `GradScaler`, epoch and step, and the
 #   Python/NumPy/torch(/CUDA) random states; with a data order derived from the epoch, the resumed run
 #   is **bit-identical** to an uninterrupted one on the CPU. Dropping the RNG or optimizer state breaks
 #   that.
-# * `utils.checkpoint.save_checkpoint` writes atomically (temp file, `fsync`, `os.replace`, folder
-#   `fsync`) and keeps the last N; `load_checkpoint` verifies checksums, raises `CheckpointError`
-#   naming a damaged file, and can fall back to the previous checkpoint.
+# * An atomic save is a temporary file in the same folder, `flush` + `fsync`, `os.replace`, and an
+#   `fsync` of the folder: atomic on local POSIX file systems, not promised on Windows or network file
+#   systems. `utils.checkpoint.save_checkpoint` does it, keeps the last N and moves checkpoints of an
+#   abandoned future to `superseded/`; `load_checkpoint` verifies checksums, raises `CheckpointError`
+#   naming a damaged file, can fall back to the previous checkpoint, and restores random states only on
+#   the rank that saved them (or every rank, given `rng_states=`).
 # * `strict=False` reports missing/unexpected keys but not shape changes; rename keys only at their
-#   start; strip `module.` with `consume_prefix_in_state_dict_if_present` (or never save it).
-# * `map_location` ("cpu", "cuda:0", or `{"cuda:1": "cuda:0"}`) decides where loaded tensors live.
+#   start; strip `module.` (DataParallel/DDP) and `_orig_mod.` (`torch.compile`) with
+#   `consume_prefix_in_state_dict_if_present`, or never save them (`unwrap_model`).
+# * `map_location` ("cpu", "cuda:0", or `{"cuda:1": "cuda:0"}`) decides where loaded tensors live;
+#   `mmap=True` maps the file instead of reading it, and a model built on the `meta` device plus
+#   `load_state_dict(sd, assign=True)` takes the loaded tensors without allocating a random copy.
 # * TorchScript (`jit.trace`, `jit.script`) is deprecated; tracing silently drops data-dependent
 #   branches. Use `torch.export` (with `Dim` for dynamic shapes and `torch.cond` for branches) and
-#   `.pt2` files.
+#   `.pt2` files, which Python reloads; to run without Python, compile with AOTInductor
+#   (`aoti_compile_and_package`) or use ExecuTorch on devices.
