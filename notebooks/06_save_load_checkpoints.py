@@ -15,7 +15,7 @@
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 55 min. **Run time:** 45 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 55 min. **Run time:** 30 s on the 2-core course machine (one thread, measured by
 # `make execute`; more on a busy machine), most of it spent importing PyTorch and its compiler stack (`torch.compile`, `torch.export`) and in a
 # child Python process that we kill on purpose.
 #
@@ -83,7 +83,7 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| fil
 #
 # * `torch.save(obj, path)` serialises (序列化) an object with Python's `pickle` into a zip file;
 # * `torch.load(path)` unpickles it again, i.e. deserialises it (反序列化);
-# * `module.load_state_dict(sd)` copies a dictionary of tensors into a model's parameters.
+# * `module.load_state_dict(sd)` copies a dictionary of tensors into a model's parameters and buffers.
 #
 # A model's `state_dict` maps each parameter (参数) and **buffer** (缓冲区) name to its tensor, in
 # registration order; layers without parameters (`MaxPool2d`, `ReLU`) have no entries. An
@@ -954,9 +954,10 @@ assert t.dtype == torch.float32 and layer.weight.dtype == torch.float64 and retu
 # first allocates (and randomly initialises) a second copy of every parameter: a 10 GB model briefly
 # needs 20 GB. Two switches avoid both copies.
 #
-# `torch.load(path, mmap=True)` **maps** the file into memory (内存映射) instead of reading it: the
-# returned tensors are slices of one mapping of the whole file, each starting at its record's byte
-# offset, and the operating system reads a page from disk only when it is first touched (lazily). The
+# `torch.load(path, mmap=True)` (given a path, not an open file) **maps** the file into memory
+# (内存映射) instead of reading it: the returned tensors are slices of one mapping of the whole file,
+# each starting at its record's byte offset, and the operating system reads a page from disk only
+# when it is first touched (lazily). The
 # mapping is private by default (`MAP_PRIVATE`): an in-place change makes a private copy of the page
 # and never writes to the file. The proof below: for every tensor, its address minus its byte offset in
 # the file is the same number, the address where the file's first byte is mapped.
