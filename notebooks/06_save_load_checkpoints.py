@@ -438,9 +438,9 @@ assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
 # ## 5. A training checkpoint
 #
 # A **checkpoint** (检查点) is a file holding everything needed to continue a training run later;
-# resuming from one after a crash or a time limit is 断点续训. (Notebooks 09 and 10 meet *activation
-# checkpointing* (激活重计算), which is unrelated: it recomputes activations in the backward pass to save
-# memory and writes no file.) To *continue* training, weights are not enough. The notes save a dictionary with the epoch, the
+# resuming from one after a crash or a time limit is 断点续训. ([Notebook 11](11_memory_and_speed.ipynb)
+# meets *activation checkpointing* (激活重计算), which is unrelated: it recomputes activations in the
+# backward pass to save memory and writes no file.) To *continue* training, weights are not enough. The notes save a dictionary with the epoch, the
 # model and optimizer `state_dict`s and the last loss, and use the `.tar` extension by convention
 # (any name works: the file is a zip either way). Loading builds the model and optimizer first, then
 # restores both. Here is that recipe on a small classifier, with a toy data set:
