@@ -1,6 +1,6 @@
 """Crash-proof training checkpoints: atomic saves, the last N kept, and an exact resume.
 
-Notebook 06 teaches *why* each piece is here; later notebooks (AMP, DDP, the toolkit) only call
+Notebook 06 teaches *why* each piece is here; later notebooks (AMP, DDP) only call
 two functions::
 
     from utils.checkpoint import load_checkpoint, latest_checkpoint, save_checkpoint
