@@ -681,10 +681,11 @@ with torch.no_grad():
     test_final = F.mse_loss(model(X[768:]), y[768:]).item()
     test_swa = F.mse_loss(swa_model(X[768:]), y[768:]).item()
 print(f"test MSE: last weights {test_final:.3f} | SWA weights {test_swa:.3f}")
-assert test_swa < 1.1 * test_final  # close to the last weights; here not better
+assert 0.95 * test_final < test_swa < 1.1 * test_final  # close to the last weights, and not better
 
 # %% [markdown]
-# Here SWA is **not** better: the averaged weights score a slightly higher test error than the last ones. This run
+# Here SWA is **not** better: the averaged weights score a slightly higher test error than the last ones (the
+# assert allows SWA at most 5 % lower, to stay true under other rounding, and at most 10 % higher). This run
 # is short (20 epochs, averaging the last 10 at a moderate rate) on an easy problem, so the last weights already
 # sit near the minimum and averaging adds nothing. SWA pays off where its authors used it: long training with a
 # high constant or cyclic learning rate, where the iterates keep moving around a wide minimum. Measure it on your

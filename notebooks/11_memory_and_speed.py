@@ -282,7 +282,8 @@ assert same_grads(*grads)
 #
 # What does PyTorch 2.14 do when the argument is left out? `torch/utils/checkpoint.py` still falls back to the
 # reentrant implementation and issues a `UserWarning`, whose text announces an exception "starting in PyTorch
-# 2.9" that 2.14 has not introduced. The cell records the warning and shows the lost gradients.
+# 2.9" that 2.14 has not introduced. The cell records the warnings (the reentrant run adds a second one, that
+# no input requires grad) and shows the lost gradients: the first segment's four parameter tensors.
 
 # %%
 small = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)]).to(device)
