@@ -30,7 +30,7 @@
 # %% [markdown]
 # ## Setup
 #
-# Besides the imports, four settings that are plumbing, not lessons (each line says why):
+# Besides the imports, five settings that are plumbing, not lessons (each line says why):
 
 # %%
 import contextlib

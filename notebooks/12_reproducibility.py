@@ -65,9 +65,9 @@ assert os.environ["CUBLAS_WORKSPACE_CONFIG"] in (":4096:8", ":16:8")
 #
 # One line of the notes has no effect: `os.environ['PYTHONHASHSEED'] = str(seed)` inside the program. Python reads
 # that variable once, at interpreter start-up, to randomise `hash()` of strings (and so the iteration order of
-# sets of strings). It must be set in the environment that *starts* Python; this notebook's kernel is started
-# with `PYTHONHASHSEED=0`. New Python processes show it (`subprocess` starts a fresh interpreter, with the
-# environment we give it).
+# sets of strings). It must be set in the environment that *starts* Python (the course's test runs start this
+# kernel with `PYTHONHASHSEED=0`). New Python processes show it: `subprocess` starts a fresh interpreter with the
+# environment we give it.
 
 # %%
 def draw():
@@ -105,14 +105,16 @@ assert hash("torch") == before and hash_in_new_python("1") != hash_in_new_python
 # `torch.set_deterministic(True)` (PyTorch 1.7) was renamed **`torch.use_deterministic_algorithms(True)`** in 1.8
 # and removed later. With it, PyTorch uses deterministic implementations where they exist and **raises** for
 # operations that have none (`warn_only=True` turns that into a warning). On CUDA it also needs the environment
-# variable `CUBLAS_WORKSPACE_CONFIG=:4096:8`, read at the process's first cuBLAS call (the setup cell set it
-# first; `seed_everything` only sets it if it is still unset, which is too late once cuBLAS has run), and cuDNN needs
-# `cudnn.deterministic = True` with `cudnn.benchmark = False`. The cookbook in the notes sets `benchmark = True`
+# variable `CUBLAS_WORKSPACE_CONFIG=:4096:8` (without it, deterministic mode makes cuBLAS matrix products raise).
+# cuBLAS reads it at the process's first cuBLAS call, so the setup cell set it before any CUDA work;
+# `seed_everything(seed, deterministic=True)` also sets it when it is unset, which only helps if that call comes
+# before the first matrix product on the GPU. cuDNN needs `cudnn.deterministic = True` with
+# `cudnn.benchmark = False`. The cookbook in the notes sets `benchmark = True`
 # *and* `deterministic = True`: the benchmark still times algorithms each run, so choose `benchmark = False` when
 # results must repeat. `seed_everything(seed, deterministic=True)` sets all of these.
 #
-# A CPU example of an operation refused in deterministic mode is `put_` with repeated indices (which write wins is
-# undefined). Deterministic mode also fills memory from `torch.empty` with NaN, so that reading uninitialised
+# A CPU example of an operation refused in deterministic mode is `put_` with its default `accumulate=False`
+# (with repeated indices, which write wins is undefined, so it is refused whatever the indices). Deterministic mode also fills memory from `torch.empty` with NaN, so that reading uninitialised
 # memory is visible instead of random.
 
 # %%
