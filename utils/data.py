@@ -26,6 +26,7 @@ import os
 import random
 import re
 import tempfile
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -295,6 +296,43 @@ class WorkerTagged(Dataset):
         info = torch.utils.data.get_worker_info()
         worker_id = -1 if info is None else info.id
         return idx, worker_id, int(torch.randint(0, 1000, ()).item()), int(np.random.randint(0, 1000))
+
+
+class SlowImages(Dataset):
+    """``n`` fake 3x32x32 images; item ``i`` is ``(image, i % 10, pid)``, after ``io_ms`` ms of "reading".
+
+    Used by notebook 11 (DataLoader throughput, ``persistent_workers``) and by
+    ``benchmarks/dataloader_throughput.py``. The image of index ``i`` is a fixed function of ``i`` (its
+    own seeded generator) plus a little CPU work; ``io_ms`` simulates the milliseconds spent reading one
+    file with a sleep (the process waits, as it would for a disk, so waits overlap across worker
+    processes even on a busy machine); ``pid`` is the id of the process that loaded the sample.
+
+    Raises:
+        TypeError: ``n`` is not an int or ``io_ms`` is not a number.
+        ValueError: ``n`` is not positive or ``io_ms`` is negative.
+    """
+
+    def __init__(self, n: int = 1024, io_ms: float = 0.0) -> None:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, got {type(n).__name__}")
+        if n <= 0:
+            raise ValueError(f"n must be positive, got {n}")
+        if isinstance(io_ms, bool) or not isinstance(io_ms, (int, float)):
+            raise TypeError(f"io_ms must be a number, got {type(io_ms).__name__}")
+        if io_ms < 0:
+            raise ValueError(f"io_ms must be >= 0, got {io_ms}")
+        self.n, self.io_ms = n, float(io_ms)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        if not 0 <= index < self.n:
+            raise IndexError(f"index {index} out of range for {self.n} samples")
+        if self.io_ms:
+            time.sleep(self.io_ms / 1000)  # "reading the file"
+        image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(index))  # "decoding"
+        return (image - 0.5) / 0.25, index % 10, os.getpid()  # "normalising": a little CPU work
 
 
 def seed_worker(worker_id: int) -> None:

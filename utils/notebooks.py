@@ -80,7 +80,7 @@ PORTABLE_CONFIGS: dict[str, dict[str, str | None]] = {
     # The math libraries on their narrowest code paths: MKL's SSE2-compatible BLAS (other blocking,
     # other summation order) and oneDNN's kernels capped at SSE4.1. ATen stays on AVX2:
     # with ATEN_CPU_CAPABILITY=default, Inductor generates scalar C++ that does not compile in
-    # PyTorch 2.14 ("'at::vec' has not been declared", observed in notebook 09's torch.compile cells).
+    # PyTorch 2.14 ("'at::vec' has not been declared", observed in notebook 11's torch.compile cells).
     "narrow-isa": {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
     # Two threads, and MKL and oneDNN unpinned (None removes the variable: MKL without CNR, oneDNN
     # on the widest ISA it finds), as on a learner's machine: reductions, matrix products and
