@@ -18,17 +18,18 @@
 # **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`;
 # checkpoints with `utils.checkpoint` (notebook 06).
 #
-# **Study time:** about 45 min. **Run time:** 110 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 50 min. **Run time:** 80 s on the 2-core course machine (one thread, measured by
 # `make execute`), an AVX2 CPU without bfloat16 instructions, where bfloat16 is emulated and the autocast run of
 # section 5 alone takes about 30 s. On a CPU with bfloat16 instructions (AVX-512 BF16, AMX) the whole notebook takes
 # about 10 s, most of it importing PyTorch.
 #
-# **On a GPU.** The low-precision type is bfloat16 where the GPU supports it (`torch.cuda.is_bf16_supported()`:
-# Ampere and newer), with no `GradScaler` needed; on older GPUs it is float16 with the `GradScaler` switched on
-# (the notes' setting). Section 3 runs float16 with a `GradScaler` on every device. CUDA's autocast computes
-# softmax, `log_softmax`, `layer_norm`, `group_norm`, `sum` and `exp` in float32, where the CPU follows the input (the table in
-# section 2 shows it), and section 5 also reports `torch.cuda.max_memory_allocated`. The stored outputs were made
-# on the CPU.
+# **On a GPU.** The low-precision type is bfloat16 where the GPU computes it natively (Ampere and newer:
+# `torch.cuda.is_bf16_supported(including_emulation=False)`; without the argument older GPUs answer `True` too,
+# because bfloat16 tensors can be *emulated* there, slowly), with no `GradScaler` needed; on older GPUs it is
+# float16 with the `GradScaler` switched on (the notes' setting). Section 3 runs float16 with a `GradScaler` on
+# every device. CUDA's autocast computes softmax, `log_softmax`, `layer_norm`, `group_norm`, `sum` and `exp` in
+# float32, where the CPU follows the input (the table in section 2 shows it), and section 5 also reports
+# `torch.cuda.max_memory_allocated`. The stored outputs were made on the CPU.
 #
 # **What changed since the notes.** The notes use `torch.cuda.amp.autocast()` and `torch.cuda.amp.GradScaler()`,
 # say that mixed precision only works on GPUs, and that TF32 matrix products are on by default. Today the API is
@@ -62,7 +63,7 @@ from utils.checkpoint import load_checkpoint, save_checkpoint
 
 seed_everything(0)
 device = get_device()
-if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
     amp_dtype = torch.float16  # pre-Ampere GPUs: float16 tensor cores, and a GradScaler
 else:
     amp_dtype = torch.bfloat16
@@ -271,8 +272,9 @@ for record in (*w1, *w2):
 #
 # * `scaler.scale(y).backward()` is `(y * scale).backward()`: the gradients arrive multiplied by 65536;
 # * `scaler.unscale_(opt)` multiplies them in place by 1/scale (one fused call,
-#   `torch._amp_foreach_non_finite_check_and_unscale_`, which also records whether any is `inf`/`nan`); now they
-#   can be inspected or clipped — the notes clip `x` and `z` separately to norm 1, giving 1/√2 = 0.7071 each;
+#   `torch._amp_foreach_non_finite_check_and_unscale_`, which also records whether any is `inf`/`nan`; the notes
+#   name its older one-tensor form); now they can be inspected or clipped — the notes clip `x` and `z` separately
+#   to norm 1, giving 1/√2 = 0.7071 each;
 # * `scaler.step(opt)` calls `opt.step()` — unless an `inf`/`nan` was found — and `scaler.update()` adjusts the
 #   scale. (The notes print 65535 as the scale after `unscale_`; it is 65536.)
 #
@@ -418,13 +420,22 @@ print("loaded into fresh objects: scaler state equal to the saved one:", resumed
 resumed_scales = first_scales + fp16_steps(*resumed, range(4, 8))
 fresh_scales = first_scales + fp16_steps(*no_scaler_state, range(4, 8))
 same_weights = all(torch.equal(p, q) for p, q in zip(straight[0].parameters(), resumed[0].parameters()))
+same_without = all(torch.equal(p, q) for p, q in zip(straight[0].parameters(), no_scaler_state[0].parameters()))
 print("scale after each step, resumed:         ", resumed_scales)
 print("scale after each step, scaler not saved:", fresh_scales)
 print("resumed run == straight run: weights bit for bit", same_weights,
       "| final scaler state", resumed[2].state_dict() == straight[2].state_dict())
+print("scaler not saved: weights bit for bit", same_without,
+      "| final scaler state", no_scaler_state[2].state_dict() == straight[2].state_dict())
 assert saved_state["scale"] == 512 and saved_state["_growth_tracker"] == 2
 assert resumed[2].state_dict() == straight[2].state_dict() and resumed_scales == straight_scales and same_weights
-assert fresh_scales != straight_scales
+assert same_without and fresh_scales != straight_scales and no_scaler_state[2].state_dict() != straight[2].state_dict()
+
+# %% [markdown]
+# The run that lost its scaler state happens to end with the same weights here — multiplying the gradients by a
+# power of two and dividing again is exact as long as nothing overflows or underflows — but its scale is wrong from
+# the resume on: it restarted from `init_scale` with a growth tracker of 0. With real float16 overflows that means
+# other skipped steps, and so other weights.
 
 # %% [markdown]
 # ## 4. Recipes
@@ -564,8 +575,10 @@ assert identical
 # The older switches still work in 2.14, without a warning, and set the same state:
 # `torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32`, and
 # `torch.set_float32_matmul_precision("high")` (TF32 for matrix products; `"highest"` is IEEE). Use one family,
-# not both: after a string setting of `"tf32"`, *reading* a legacy flag raises a `RuntimeError`. The flags are
-# global and only have an effect on CUDA; on this CPU they are just read and set.
+# not both: after a string setting of `"tf32"`, *reading* a legacy flag raises a `RuntimeError`. The settings are
+# global; the `cuda` and `cudnn` ones act only on NVIDIA GPUs, so on this CPU they are just read and set. (The
+# CPU's oneDNN backend has its own, `torch.backends.mkldnn.matmul.fp32_precision`, where `"bf16"` lets float32
+# matrix products use bfloat16 units.)
 
 # %%
 tb = torch.backends
@@ -745,7 +758,9 @@ def saved_tensor_bytes(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, use
     def is_copy_of(t: torch.Tensor, src: torch.Tensor) -> bool:
         """`t`'s whole storage holds `src` cast to `t`'s dtype (t may be a view, such as a transposed weight)."""
         whole = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
-        return t.dtype != src.dtype and whole.numel() == src.numel() and torch.equal(whole, src.detach().to(t.dtype).flatten())
+        if t.dtype == src.dtype or whole.numel() != src.numel():
+            return False
+        return torch.equal(whole, src.detach().to(t.dtype).flatten())
 
     seen: dict[int, tuple[str, int]] = {}
 
@@ -766,7 +781,7 @@ def saved_tensor_bytes(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, use
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with torch.amp.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
             loss = F.cross_entropy(model(xb), yb)
-    loss.backward()
+    del loss  # the graph and what it saved are freed; no backward pass is needed to count
     kinds = ("inputs", "activations", "16-bit weight copies")
     return {k: sum(n for kind, n in seen.values() if kind == k) for k in kinds}
 
@@ -802,8 +817,8 @@ assert total_ratio[4096] < 0.6 and total_ratio[256] > 0.8 and total_ratio[16] > 
 #
 # (The first layer's weight is not saved in either run: its input needs no gradient, so its backward needs no
 # weight.) This is the notes' "AMP is not necessarily smaller". On a GPU, `torch.cuda.max_memory_allocated` also
-# counts what is not saved for backward — the 16-bit copy of the first layer's weight, temporary casts; the time saved by tensor cores is usually
-# the bigger win.
+# counts what is not saved for backward — the 16-bit copy of the first layer's weight, temporary casts; the
+# time saved by tensor cores is usually the bigger win.
 
 # %% [markdown]
 # Time per step (and on CUDA, peak memory). These numbers depend on the hardware and on what else runs on the
