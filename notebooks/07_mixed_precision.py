@@ -2,41 +2,53 @@
 # # 07 · Automatic mixed precision (自动混合精度)
 #
 # **What you learn.** How to train with 16-bit floating point where it is safe and 32-bit where it is needed,
-# which is what *automatic mixed precision* (AMP) does:
+# which is what *automatic mixed precision* (AMP; mixed precision, 混合精度) does:
 #
-# 1. why 16 bits at all, and what can go wrong: float16's overflow at 65504, small gradients that **underflow** to
-#    zero, bfloat16's wide range but coarse precision, and the memory per parameter;
-# 2. `torch.amp.autocast(device_type, dtype)`: which operations run in low precision and which stay in float32;
+# 1. why 16 bits at all, and what can go wrong: float16's **overflow** (上溢) above 65504, small gradients that
+#    **underflow** (下溢) to zero, bfloat16's wide range but coarse precision, and the memory per parameter;
+# 2. `torch.amp.autocast(device_type, dtype)`: which operations run in low precision and which in float32 — a
+#    table generated on your device, since the lists differ between CPU and CUDA;
 # 3. `torch.amp.GradScaler`: the notes' walk-through (scale → backward → `unscale_` → clip → `step` → `update`),
-#    its state machine, and a step that is skipped because of an `inf`;
-# 4. the recipes: gradient clipping, gradient accumulation, a gradient penalty, the `enabled=` switch, and TF32;
-# 5. a small model trained in float32 and under autocast: the same loss curve, less activation memory.
+#    its state machine, a step that is skipped because of an `inf`, and saving and resuming its state;
+# 4. the recipes: gradient clipping (梯度裁剪), gradient accumulation (梯度累加), a gradient penalty, the `enabled=`
+#    switch, and TF32 with the `fp32_precision` settings;
+# 5. a small model trained in float32 and under autocast: the same loss curve, and what autocast really saves in
+#    memory (the activations, 激活值, halve, but it adds a 16-bit copy of each weight).
 #
-# **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`.
+# **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`;
+# checkpoints with `utils.checkpoint` (notebook 06).
 #
-# **Study time:** about 45 min. **Run time:** 40 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 50 min. **Run time:** 80 s on the 2-core course machine (one thread, measured by
 # `make execute`), an AVX2 CPU without bfloat16 instructions, where bfloat16 is emulated and the autocast run of
 # section 5 alone takes about 30 s. On a CPU with bfloat16 instructions (AVX-512 BF16, AMX) the whole notebook takes
 # about 10 s, most of it importing PyTorch.
 #
-# **On a GPU.** The low-precision type becomes float16 (the notes' setting, with tensor cores doing the matrix
-# products) instead of bfloat16 on the CPU, the `GradScaler` is switched on in training, softmax and other
-# reductions are listed as float32 operations by CUDA's autocast, and section 5 also reports
+# **On a GPU.** The low-precision type is bfloat16 where the GPU computes it natively (Ampere and newer:
+# `torch.cuda.is_bf16_supported(including_emulation=False)`; without the argument older GPUs answer `True` too,
+# because bfloat16 tensors can be *emulated* there, slowly), with no `GradScaler` needed; on older GPUs it is
+# float16 with the `GradScaler` switched on (the notes' setting). Section 3 runs float16 with a `GradScaler` on
+# every device. CUDA's autocast computes softmax, `log_softmax`, `layer_norm`, `group_norm`, `sum` and `exp` in
+# float32, where the CPU follows the input (the table in section 2 shows it), and section 5 also reports
 # `torch.cuda.max_memory_allocated`. The stored outputs were made on the CPU.
 #
 # **What changed since the notes.** The notes use `torch.cuda.amp.autocast()` and `torch.cuda.amp.GradScaler()`,
 # say that mixed precision only works on GPUs, and that TF32 matrix products are on by default. Today the API is
 # device-generic, `torch.amp.autocast("cpu" | "cuda", dtype=...)` and `torch.amp.GradScaler("cpu" | "cuda")`
-# (the `torch.cuda.amp` names emit a `FutureWarning`), the CPU supports bfloat16 autocast, and TF32 for matrix
-# products has been **off** by default since PyTorch 1.12. Each point is shown below.
+# (the `torch.cuda.amp` names emit a `FutureWarning`), the CPU supports bfloat16 and float16 autocast, bfloat16
+# is the usual choice where the hardware has it, TF32 for matrix products has been **off** by default since
+# PyTorch 1.12, and it is set with `torch.backends.cuda.matmul.fp32_precision`. The notes' Apex section also says
+# mixed precision "stores weights and gradients in FP16": with autocast both stay float32 (section 2). Each point
+# is shown below.
 
 # %% [markdown]
 # ## Setup
 #
-# `amp_dtype` is the low-precision type used throughout: float16 on CUDA, bfloat16 on the CPU (CPU autocast
-# supports only bfloat16 and float16, and bfloat16 is the one CPU kernels are fast at).
+# `amp_dtype` is the low-precision type used throughout: bfloat16 on the CPU (CPU autocast supports bfloat16 and
+# float16, and bfloat16 is the one CPU kernels are fast at) and on GPUs that support it, float16 on older GPUs.
+# `use_scaler` says whether training needs a `GradScaler`: only with float16 (section 1 shows why).
 
 # %%
+import tempfile
 import time
 import warnings
 
@@ -45,14 +57,19 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.amp.grad_scaler import OptState
 
 from utils import fmt, get_device, seed_everything
+from utils.checkpoint import load_checkpoint, save_checkpoint
 
 seed_everything(0)
 device = get_device()
-amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-print("device:", device.type, "| low-precision dtype for autocast:", amp_dtype)
+if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+    amp_dtype = torch.float16  # pre-Ampere GPUs: float16 tensor cores, and a GradScaler
+else:
+    amp_dtype = torch.bfloat16
+use_scaler = amp_dtype == torch.float16
+print("device:", device.type, "| low-precision dtype for autocast:", amp_dtype, "| GradScaler needed:", use_scaler)
+assert amp_dtype in (torch.bfloat16, torch.float16)
 
 # %% [markdown]
 # ## 1. Why 16 bits, and what breaks
@@ -128,8 +145,8 @@ assert total.item() == 256 and (torch.tensor(1.0, dtype=torch.float16) + 1e-4).i
 # **Memory per parameter.** A 16-bit number takes 2 bytes instead of 4. But AMP keeps the *parameters*, their
 # *gradients* and the optimizer state in float32 (the notes' question "are the parameters float32 under mixed
 # precision?" — yes, proved in section 2), so with Adam training still costs 4 + 4 + 8 = 16 bytes per parameter.
-# What AMP saves is the memory of **activations** (the tensors saved for backward, often the largest part) and,
-# on GPUs with tensor cores, time.
+# What AMP can save is the memory of the **activations** (the tensors saved for backward, often the largest part)
+# — at most half of it, and section 5 shows when it saves nothing — and, on GPUs with tensor cores (张量核心), time.
 
 # %%
 for dt in (torch.float32, torch.float16, torch.bfloat16):
@@ -141,42 +158,75 @@ assert torch.empty(0, dtype=torch.bfloat16).element_size() == 2
 # %% [markdown]
 # ## 2. `torch.amp.autocast`: low precision where it is safe
 #
-# Inside `with torch.amp.autocast(device_type, dtype=...)` each operation chooses its own precision from lists
-# kept per device:
+# Inside `with torch.amp.autocast(device_type, dtype=...)` each operation chooses its own precision from three
+# lists kept per device (the "Autocast Op Reference" in PyTorch's AMP documentation prints them):
 #
-# * matrix products and convolutions (`matmul`, `linear`, `conv*`, ...) run in the low-precision type — they are
-#   the bulk of the work and tolerate it;
-# * precision-sensitive operations (losses, `log_softmax`, norms, `exp`, `sum` on CUDA, ...) run in float32;
-# * everything else (ReLU, additions, ...) runs in the type of its inputs; mixed inputs are promoted to the wider
-#   type.
+# * **lower precision**: matrix products and convolutions (`matmul`, `linear`, `conv*`, `bmm`, ...) — the bulk of
+#   the work, and they tolerate it — cast their float32 inputs to the low-precision type;
+# * **float32**: precision-sensitive operations (most losses, some norms, ...) cast their low-precision inputs to
+#   float32;
+# * **promote**: operations with several inputs of different types run in the widest one (autocast's promote list,
+#   plus ordinary type promotion of elementwise operations such as `+`).
 #
-# The lists differ between devices. On the CPU, softmax and `sum` are not in the float32 list and follow their
-# input; on CUDA they are computed in float32. Printed on this machine:
+# Everything else (ReLU, `+` of equal types, ...) runs in the type of its inputs. The lists differ between
+# devices: CUDA puts softmax, `log_softmax`, `layer_norm`, `group_norm`, `sum`, `exp` and `pow` in its float32
+# list, the CPU does not, so there they follow their input. Rather than copying a list, the next cell asks this device: each
+# operation runs under autocast once on float32 inputs and once on low-precision inputs.
 
 # %%
-a, b = torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
+def autocast_dtypes(op, x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """Output dtypes of `op` under autocast for a float32 input and for a low-precision input."""
+    with torch.amp.autocast(device_type=device.type, dtype=amp_dtype):
+        return op(x).dtype, op(x.to(amp_dtype)).dtype
+
+
+x8 = torch.randn(8, 8, device=device)
 target = torch.randint(0, 8, (8,), device=device)
+ops = {
+    "x @ x (matmul)": lambda t: t @ t,
+    "F.linear": lambda t: F.linear(t, t),
+    "F.conv1d": lambda t: F.conv1d(t[None], t[:, :, None]),
+    "relu": torch.relu,
+    "softmax": lambda t: torch.softmax(t, dim=-1),
+    "log_softmax": lambda t: F.log_softmax(t, dim=-1),
+    "layer_norm": lambda t: F.layer_norm(t, (8,)),
+    "sum": torch.sum,
+    "exp": torch.exp,
+    "cross_entropy": lambda t: F.cross_entropy(t, target),
+    "mse_loss": lambda t: F.mse_loss(t, t.detach()),
+    "group_norm": lambda t: F.group_norm(t[None], 2),
+}
+table = {}
+print(f"{'operation':16} {'float32 in':>11} {'low in':>9}   list on {device.type}")
+for name, op in ops.items():
+    from_fp32, from_low = autocast_dtypes(op, x8)
+    if from_fp32 == amp_dtype:
+        kind = "lower precision"
+    elif from_low == torch.float32:
+        kind = "float32"
+    else:
+        kind = "follows input"
+    table[name] = kind
+    print(f"{name:16} {str(from_fp32).removeprefix('torch.'):>11} {str(from_low).removeprefix('torch.'):>9}   {kind}")
 with torch.amp.autocast(device_type=device.type, dtype=amp_dtype):
-    mm = a @ b
-    results = {
-        "a @ b (matmul)": mm,
-        "F.linear(a, b)": F.linear(a, b),
-        "conv1d": F.conv1d(a[None], b[:, :, None]),
-        "relu(a @ b)": torch.relu(mm),
-        "softmax(a @ b)": torch.softmax(mm, dim=-1),
-        "log_softmax(a @ b)": F.log_softmax(mm, dim=-1),
-        "(a @ b).sum()": mm.sum(),
-        "cross_entropy(a @ b)": F.cross_entropy(mm, target),
-        "mse_loss(a @ b, a)": F.mse_loss(mm, a),
-        "(a @ b) + a  (mixed)": mm + a,
-    }
-for name, t in results.items():
-    print(f"{name:22} -> {t.dtype}")
-print("outside the region, mm is still", mm.dtype, "| a new a @ b is", (a @ b).dtype)
-assert results["a @ b (matmul)"].dtype == amp_dtype and results["cross_entropy(a @ b)"].dtype == torch.float32
-assert results["(a @ b) + a  (mixed)"].dtype == torch.float32
+    low = x8.to(amp_dtype)
+    mixed = {"low + float32": (low + x8).dtype, "torch.cat([low, float32])": torch.cat([low, x8]).dtype}
+for name, dt in mixed.items():
+    print(f"{name:26} -> {str(dt).removeprefix('torch.'):8}   promote")
+assert all(table[op] == "lower precision" for op in ("x @ x (matmul)", "F.linear", "F.conv1d"))
+assert table["relu"] == "follows input" and set(mixed.values()) == {torch.float32}
+sensitive = ("softmax", "log_softmax", "layer_norm", "group_norm", "sum", "exp")
+if device.type in ("cpu", "cuda"):  # the two lists this notebook describes
+    assert table["cross_entropy"] == table["mse_loss"] == "float32"
+    expected = "follows input" if device.type == "cpu" else "float32"
+    assert all(table[op] == expected for op in sensitive)
 
 # %% [markdown]
+# On the CPU, softmax and `log_softmax` of a bfloat16 tensor stay bfloat16 — but `cross_entropy` (which contains
+# a `log_softmax`) is in the float32 list on both devices, so a loss computed with it is float32. If you write
+# the loss yourself from `log_softmax`, cast the logits with `.float()` first; that is what CUDA's list does for
+# you.
+#
 # Three things to notice. (1) Autocast only changes how operations *compute*; tensors you create, parameters and
 # gradients keep their dtype — with the model below, the weights and their `.grad` are float32 even though the
 # forward pass ran in low precision. (2) A low-precision result leaves the region as it is: call `.float()` if you
@@ -187,7 +237,7 @@ assert results["(a @ b) + a  (mixed)"].dtype == torch.float32
 # %%
 layer = nn.Linear(8, 4).to(device)
 with torch.amp.autocast(device_type=device.type, dtype=amp_dtype):
-    hidden = layer(a)
+    hidden = layer(x8)
     with torch.amp.autocast(device_type=device.type, enabled=False):
         precise = hidden.float() @ torch.ones(4, 2, device=device)  # this product in float32
     loss = F.mse_loss(precise, torch.zeros_like(precise))
@@ -221,8 +271,10 @@ for record in (*w1, *w2):
 # $y = \sum x + \sum z = 8$, so every gradient is 1:
 #
 # * `scaler.scale(y).backward()` is `(y * scale).backward()`: the gradients arrive multiplied by 65536;
-# * `scaler.unscale_(opt)` divides them in place (and records whether any is `inf`/`nan`); now they can be
-#   inspected or clipped — the notes clip `x` and `z` separately to norm 1, giving 1/√2 = 0.7071 each;
+# * `scaler.unscale_(opt)` multiplies them in place by 1/scale (one fused call,
+#   `torch._amp_foreach_non_finite_check_and_unscale_`, which also records whether any is `inf`/`nan`; the notes
+#   name its older one-tensor form); now they can be inspected or clipped — the notes clip `x` and `z` separately
+#   to norm 1, giving 1/√2 = 0.7071 each;
 # * `scaler.step(opt)` calls `opt.step()` — unless an `inf`/`nan` was found — and `scaler.update()` adjusts the
 #   scale. (The notes print 65535 as the scale after `unscale_`; it is 65536.)
 #
@@ -281,9 +333,11 @@ print("opt.step() on scaled gradients moves x by", fmt(1.0 - wrong_x[0].item(), 
 assert abs((1.0 - wrong_x[0].item()) - 65.536) < 1e-3
 
 # %% [markdown]
-# **A skipped step and the scale's growth and backoff.** `update()` halves the scale (`backoff_factor=0.5`)
+# **A skipped step and the scale's growth and backoff: dynamic loss scaling (动态损失缩放).** The scale is not a
+# constant: `update()` halves the scale (`backoff_factor=0.5`)
 # after a step with `inf`/`nan` gradients, which `step()` skipped, and doubles it (`growth_factor=2`) after
-# `growth_interval` clean steps in a row (2000 by default; 3 here to see it happen). Below, the loss of step 2 is
+# `growth_interval` clean steps in a row (2000 by default; 3 here to see it happen); an overflow also resets the
+# count of clean steps (the *growth tracker*). Below, the loss of step 2 is
 # multiplied by `inf` on purpose — on a GPU with float16 the same happens when an activation overflows. The scaler
 # turns an overflow into one lost step and a smaller scale instead of `nan` weights; a scale that keeps growing
 # finds the largest scale that does not overflow.
@@ -308,6 +362,80 @@ for step in range(7):
 assert [h[0] for h in history] == [True, True, False, True, True, True, True]
 assert [h[1] for h in history] == [65536, 65536, 32768, 32768, 32768, 65536, 65536]
 assert torch.isfinite(w).all()
+
+# %% [markdown]
+# **float16 with a scaler, saved and resumed.** The scale and the growth tracker are training state: a run that
+# is stopped and resumed with a fresh `GradScaler` restarts its search for the scale (and, with the default
+# 65536, may lose its first steps to overflows again). So a checkpoint holds `scaler.state_dict()` — scale,
+# `growth_factor`, `backoff_factor`, `growth_interval` and `_growth_tracker` — beside the model and the optimizer;
+# `save_checkpoint(directory, model=..., optimizer=..., scaler=..., step=...)` and `load_checkpoint(directory,
+# model=..., optimizer=..., scaler=...)` from `utils.checkpoint` (notebook 06) do it. Below, a small model trains
+# under float16 autocast (on every device, whatever `amp_dtype` is) with a scaler of `init_scale=1024` and
+# `growth_interval=3`, and an overflow injected at step 1: once for 8 steps straight, once stopped after step 3,
+# saved as a checkpoint (检查点), rebuilt from scratch, loaded and continued.
+
+# %%
+gen = torch.Generator().manual_seed(0)
+xs, ys = torch.randn(8, 32, 16, generator=gen).to(device), torch.randn(8, 32, 1, generator=gen).to(device)
+
+
+def fp16_setup() -> tuple[nn.Module, torch.optim.Optimizer, torch.amp.GradScaler]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, opt, torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=3)
+
+
+def fp16_steps(model, opt, scaler, steps) -> list[float]:
+    """The AMP loop in float16; returns the scale after each step."""
+    scales = []
+    for step in steps:
+        with torch.amp.autocast(device_type=device.type, dtype=torch.float16):
+            out = model(xs[step])
+            loss = F.mse_loss(out, ys[step])
+        assert out.dtype == torch.float16
+        if step == 1:
+            loss = loss * float("inf")  # injected overflow: step 1 is skipped, the scale halves
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales
+
+
+straight = fp16_setup()
+straight_scales = fp16_steps(*straight, range(8))
+first = fp16_setup()
+first_scales = fp16_steps(*first, range(4))
+with tempfile.TemporaryDirectory() as ckpt_dir:
+    path = save_checkpoint(ckpt_dir, model=first[0], optimizer=first[1], scaler=first[2], step=4)
+    saved_state = first[2].state_dict()
+    resumed, no_scaler_state = fp16_setup(), fp16_setup()  # fresh objects
+    info = load_checkpoint(ckpt_dir, model=resumed[0], optimizer=resumed[1], scaler=resumed[2])
+    load_checkpoint(ckpt_dir, model=no_scaler_state[0], optimizer=no_scaler_state[1])  # scaler left fresh
+print("scale after each of 8 steps, straight:  ", straight_scales)
+print(f"saved {path.name} after 4 steps; scaler state: {saved_state}")
+print("loaded into fresh objects: scaler state equal to the saved one:", resumed[2].state_dict() == saved_state)
+resumed_scales = first_scales + fp16_steps(*resumed, range(4, 8))
+fresh_scales = first_scales + fp16_steps(*no_scaler_state, range(4, 8))
+same_weights = all(torch.equal(p, q) for p, q in zip(straight[0].parameters(), resumed[0].parameters()))
+same_without = all(torch.equal(p, q) for p, q in zip(straight[0].parameters(), no_scaler_state[0].parameters()))
+print("scale after each step, resumed:         ", resumed_scales)
+print("scale after each step, scaler not saved:", fresh_scales)
+print("resumed run == straight run: weights bit for bit", same_weights,
+      "| final scaler state", resumed[2].state_dict() == straight[2].state_dict())
+print("scaler not saved: weights bit for bit", same_without,
+      "| final scaler state", no_scaler_state[2].state_dict() == straight[2].state_dict())
+assert saved_state["scale"] == 512 and saved_state["_growth_tracker"] == 2
+assert resumed[2].state_dict() == straight[2].state_dict() and resumed_scales == straight_scales and same_weights
+assert same_without and fresh_scales != straight_scales and no_scaler_state[2].state_dict() != straight[2].state_dict()
+
+# %% [markdown]
+# The run that lost its scaler state happens to end with the same weights here — multiplying the gradients by a
+# power of two and dividing again is exact as long as nothing overflows or underflows — but its scale is wrong from
+# the resume on: it restarted from `init_scale` with a growth tracker of 0. With real float16 overflows that means
+# other skipped steps, and so other weights.
 
 # %% [markdown]
 # ## 4. Recipes
@@ -429,14 +557,67 @@ print("AMP loop with enabled=False == plain loop, bit for bit:", identical)
 assert identical
 
 # %% [markdown]
-# **TF32 (TensorFloat-32).** On NVIDIA GPUs since Ampere, float32 matrix products can run on tensor cores in TF32:
-# inputs rounded to 10 mantissa bits (float16's precision) with float32's 8-bit exponent (no overflow problem),
-# products accumulated in float32 — about as fast as float16 with no code change, at the cost of about 3 decimal
-# digits. It is a switch on the *float32* path, independent of autocast. The notes say it is on by default: that
-# was true for PyTorch 1.7–1.11; since 1.12 `torch.backends.cuda.matmul.allow_tf32` is `False` (the cuDNN flag
-# for convolutions is still `True`). `torch.set_float32_matmul_precision("high")` turns it on for matrix products
-# ("highest", the default, means true float32).
+# **TF32 (TensorFloat-32).** On NVIDIA GPUs since Ampere, float32 matrix products and convolutions can run on
+# tensor cores in TF32: inputs rounded to 10 mantissa bits (float16's precision) with float32's 8-bit exponent (no
+# overflow problem), products accumulated in float32 — much faster than true float32 with no code change, at the
+# cost of about 3 decimal digits. It is a switch on the *float32* path, independent of autocast. The notes say it
+# is on by default, with `torch.backends.cuda.matmul.allow_tf32 = True`: that was true for PyTorch 1.7–1.11; since
+# 1.12 matrix products use true float32 unless you ask, while cuDNN convolutions still use TF32 by default.
 #
+# Today's settings are strings, one per backend and operation, each `"ieee"` (true float32), `"tf32"`, or `"none"`
+# (inherit from the level above):
+#
+# * `torch.backends.fp32_precision` — the global default (`"none"`: true float32);
+# * `torch.backends.cuda.matmul.fp32_precision` — cuBLAS matrix products, default `"none"`, so IEEE float32;
+# * `torch.backends.cudnn.conv.fp32_precision` and `torch.backends.cudnn.rnn.fp32_precision` — cuDNN, default
+#   `"tf32"`.
+#
+# The older switches still work in 2.14, without a warning, and set the same state:
+# `torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32`, and
+# `torch.set_float32_matmul_precision("high")` (TF32 for matrix products; `"highest"` is IEEE). Use one family,
+# not both: after a string setting of `"tf32"`, *reading* a legacy flag raises a `RuntimeError`. The settings are
+# global; the `cuda` and `cudnn` ones act only on NVIDIA GPUs, so on this CPU they are just read and set. (The
+# CPU's oneDNN backend has its own, `torch.backends.mkldnn.matmul.fp32_precision`, where `"bf16"` lets float32
+# matrix products use bfloat16 units.)
+
+# %%
+tb = torch.backends
+settings = {
+    "torch.backends.fp32_precision": lambda: tb.fp32_precision,
+    "torch.backends.cuda.matmul.fp32_precision": lambda: tb.cuda.matmul.fp32_precision,
+    "torch.backends.cudnn.conv.fp32_precision": lambda: tb.cudnn.conv.fp32_precision,
+    "torch.backends.cudnn.rnn.fp32_precision": lambda: tb.cudnn.rnn.fp32_precision,
+}
+defaults = {name: get() for name, get in settings.items()}
+for name, value in defaults.items():
+    print(f"{name:44} = {value!r}")
+assert defaults["torch.backends.cuda.matmul.fp32_precision"] == "none"
+assert defaults["torch.backends.cudnn.conv.fp32_precision"] == "tf32"
+assert torch.get_float32_matmul_precision() == "highest" and tb.cuda.matmul.allow_tf32 is False
+
+tb.cuda.matmul.fp32_precision = "tf32"  # TF32 for float32 matrix products on CUDA
+print("after setting 'tf32':", tb.cuda.matmul.fp32_precision)
+with pytest.raises(RuntimeError, match="mix of the legacy and new APIs") as mixed_err:
+    tb.cuda.matmul.allow_tf32  # a legacy read after a new-style setting
+print("reading allow_tf32 now:", mixed_err.type.__name__ + ":", str(mixed_err.value).split(". ")[0] + ".")
+tb.cuda.matmul.fp32_precision = "none"  # back to the default
+assert tb.cuda.matmul.fp32_precision == "none" and tb.cuda.matmul.allow_tf32 is False
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.set_float32_matmul_precision("high")
+    via_precision = tb.cuda.matmul.fp32_precision
+    torch.set_float32_matmul_precision("highest")
+    tb.cuda.matmul.allow_tf32 = True
+    via_legacy = tb.cuda.matmul.fp32_precision
+    tb.cuda.matmul.allow_tf32 = False
+tb.cuda.matmul.fp32_precision = "none"
+print("set_float32_matmul_precision('high') ->", repr(via_precision), "| allow_tf32 = True ->", repr(via_legacy),
+      "| warnings:", len(caught))
+assert via_precision == via_legacy == "tf32" and not caught
+assert {name: get() for name, get in settings.items()} == defaults
+
+# %% [markdown]
 # What the rounding costs, emulated on this machine: round the inputs of a 256×256 matrix product to TF32's and
 # bfloat16's precision, multiply exactly (float64), and compare with the exact product of the original inputs.
 
@@ -449,9 +630,6 @@ def round_mantissa(t: torch.Tensor, bits: int) -> torch.Tensor:
     return i.view(torch.float32)
 
 
-print("flags: matmul.allow_tf32 =", torch.backends.cuda.matmul.allow_tf32,
-      "| cudnn.allow_tf32 =", torch.backends.cudnn.allow_tf32,
-      "| float32_matmul_precision =", torch.get_float32_matmul_precision())
 gen = torch.Generator().manual_seed(0)
 A, B = torch.randn(256, 256, generator=gen), torch.randn(256, 256, generator=gen)
 exact = A.double() @ B.double()
@@ -464,7 +642,6 @@ for name, bits in (("TF32 / float16 inputs (10 bits)", 10), ("bfloat16 inputs (7
 fp32_err = (((A @ B).double() - exact).norm() / exact.norm()).item()
 print("real float32 matmul on this machine: relative error below 1e-6:", fp32_err < 1e-6)
 assert 1e-4 < errors["TF32 / float16 inputs (10 bits)"] < 1e-3 < errors["bfloat16 inputs (7 bits)"] < 1e-2
-assert torch.backends.cuda.matmul.allow_tf32 is False and torch.get_float32_matmul_precision() == "highest"
 
 # %% [markdown]
 # ## 5. Measured: float32 versus autocast on the same model and data
@@ -472,12 +649,8 @@ assert torch.backends.cuda.matmul.allow_tf32 is False and torch.get_float32_matm
 # A 3-layer MLP (64 → 512 → 512 → 10) learns to classify 4096 points from 10 Gaussian clusters, 200 SGD steps of
 # batch 256, once in float32 and once under autocast, from the same initial weights and the same batches. The
 # loop is the standard AMP loop (scale → backward → unscale_ → clip → step → update); the scaler is enabled only
-# for float16: bfloat16 has float32's range, gradients do not underflow, and PyTorch's documentation says no
-# scaler is needed for it.
-#
-# Memory is measured exactly with `torch.autograd.graph.saved_tensors_hooks`: every tensor that autograd saves for
-# the backward pass (the activations) passes through a hook, which adds up the bytes of distinct storages
-# (parameters excluded — they exist anyway).
+# for float16 (`use_scaler`): bfloat16 has float32's range, gradients do not underflow, and PyTorch's
+# documentation says no scaler is needed for it.
 
 # %%
 def make_clusters(n: int = 4096, dim: int = 64, classes: int = 10, seed: int = 0):
@@ -492,30 +665,11 @@ def make_mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
 
 
-def saved_activation_bytes(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, use_amp: bool) -> int:
-    """Bytes of the distinct tensors autograd saves for backward in one forward pass (parameters excluded)."""
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in param_ptrs:
-            seen[ptr] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with torch.amp.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
-            loss = F.cross_entropy(model(xb), yb)
-    loss.backward()
-    model.zero_grad()
-    return sum(seen.values())
-
-
 def train(use_amp: bool, steps: int = 200, batch: int = 256) -> dict:
     """The standard AMP training loop; returns the losses, seconds per step and peak CUDA memory."""
     model = make_mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    scaler = torch.amp.GradScaler(device.type, enabled=use_amp and amp_dtype == torch.float16)
+    scaler = torch.amp.GradScaler(device.type, enabled=use_amp and use_scaler)
     order = torch.randperm(len(x_all), generator=torch.Generator().manual_seed(1))
     losses = []
     if device.type == "cuda":
@@ -542,7 +696,7 @@ def train(use_amp: bool, steps: int = 200, batch: int = 256) -> dict:
         "cpu_ms": 1000 * (time.process_time() - start_cpu) / steps,
         "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
         "param_dtype": next(model.parameters()).dtype,
-        "activation_bytes": saved_activation_bytes(model, x_all[:batch], y_all[:batch], use_amp),
+        "grad_dtype": next(model.parameters()).grad.dtype,
     }
 
 
@@ -556,12 +710,9 @@ print(f"loss at step 0 close to ln(10) = 2.30 in both runs: {all(abs(v - 2.30) <
 print(f"final loss (mean of the last 20 steps) below 0.3 in both runs: {max(final.values()) < 0.3}")
 print(f"final losses within 0.05 of each other: {abs(final[fp32_name] - final[amp_name]) < 0.05}")
 for name, r in runs.items():
-    print(f"{name:17} parameters stay {r['param_dtype']}; activations saved for backward per step: "
-          f"{r['activation_bytes'] / 2**20:.2f} MiB")
-ratio = runs[amp_name]["activation_bytes"] / runs[fp32_name]["activation_bytes"]
-print(f"autocast / float32 activation memory: {ratio:.2f}")
+    print(f"{name:17} parameters stay {r['param_dtype']}, gradients {r['grad_dtype']}")
 assert max(final.values()) < 0.3 and abs(final[fp32_name] - final[amp_name]) < 0.05
-assert all(r["param_dtype"] == torch.float32 for r in runs.values()) and ratio < 0.75
+assert all(r["param_dtype"] == r["grad_dtype"] == torch.float32 for r in runs.values())
 
 # %% [markdown]
 # The loss curves lie on top of each other:
@@ -579,6 +730,95 @@ plt.show()
 gap = max(abs(p - q) for p, q in zip(runs[fp32_name]["losses"], runs[amp_name]["losses"]))
 print(f"largest gap between the two curves below 0.1: {gap < 0.1}")
 assert gap < 0.1
+
+# %% [markdown]
+# ### What autocast saves in memory
+#
+# The memory that autocast can save is what autograd keeps for the backward pass. It is measured exactly with
+# `torch.autograd.graph.saved_tensors_hooks`: every tensor that autograd saves passes through a hook, which counts
+# each distinct storage once (by `untyped_storage().data_ptr()`, since several saved tensors can be views of one
+# storage) and sorts it:
+#
+# * **inputs**: the batch and the targets, or the batch cast to 16 bits;
+# * **16-bit weight copies**: a storage holding a parameter cast to the low-precision type — autocast casts a
+#   weight once per forward pass (it caches the cast inside the region), and the matrix product saves that copy
+#   for its backward;
+# * **activations**: everything else (layer outputs, the loss's softmax, ...);
+# * the parameters themselves are not counted: they exist whether or not a graph is kept.
+#
+# The batches are cloned first: a slice `x_all[:256]` is a view that shares — and would be charged — the storage
+# of all 4096 points. The same MLP is measured at three batch sizes; only the activations and inputs grow with
+# the batch.
+
+# %%
+def saved_tensor_bytes(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, use_amp: bool) -> dict[str, int]:
+    """Bytes that autograd saves for backward in one forward pass, by kind; each storage counted once."""
+    params = list(model.parameters())
+
+    def is_copy_of(t: torch.Tensor, src: torch.Tensor) -> bool:
+        """`t`'s whole storage holds `src` cast to `t`'s dtype (t may be a view, such as a transposed weight)."""
+        whole = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+        if t.dtype == src.dtype or whole.numel() != src.numel():
+            return False
+        return torch.equal(whole, src.detach().to(t.dtype).flatten())
+
+    seen: dict[int, tuple[str, int]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in seen:
+            if any(ptr == p.untyped_storage().data_ptr() for p in params):
+                kind = "parameters"
+            elif ptr in (xb.untyped_storage().data_ptr(), yb.untyped_storage().data_ptr()) or is_copy_of(t, xb):
+                kind = "inputs"
+            elif any(is_copy_of(t, p) for p in params):
+                kind = "16-bit weight copies"
+            else:
+                kind = "activations"
+            seen[ptr] = (kind, t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.amp.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
+            loss = F.cross_entropy(model(xb), yb)
+    del loss  # the graph and what it saved are freed; no backward pass is needed to count
+    kinds = ("inputs", "activations", "16-bit weight copies")
+    return {k: sum(n for kind, n in seen.values() if kind == k) for k in kinds}
+
+
+mlp = make_mlp()
+memory = {}
+print(f"{'batch':>5} {'run':9} {'inputs':>8} {'activations':>12} {'16-bit weights':>15} {'total KiB':>10} {'ratio':>6}")
+for batch in (16, 256, 4096):
+    xb, yb = x_all[:batch].clone(), y_all[:batch].clone()
+    for use_amp in (False, True):
+        memory[batch, use_amp] = m = saved_tensor_bytes(mlp, xb, yb, use_amp)
+        ratio = sum(m.values()) / sum(memory[batch, False].values())
+        cells = " ".join(f"{m[k] / 1024:{w}.1f}" for k, w in zip(m, (8, 12, 15)))
+        print(f"{batch:5} {'autocast' if use_amp else 'float32':9} {cells} {sum(m.values()) / 1024:10.1f} "
+              + (f"{ratio:6.2f}" if use_amp else ""))
+total_ratio = {b: sum(memory[b, True].values()) / sum(memory[b, False].values()) for b in (16, 256, 4096)}
+act_ratio = {b: memory[b, True]["activations"] / memory[b, False]["activations"] for b in (16, 256, 4096)}
+copies = {memory[b, True]["16-bit weight copies"] for b in (16, 256, 4096)}
+print("activations alone, autocast / float32:", {b: round(r, 2) for b, r in act_ratio.items()})
+assert all(r < 0.6 for r in act_ratio.values())  # activations (nearly) halve at every batch size
+assert len(copies) == 1 and copies.pop() > 0 and all(memory[b, False]["16-bit weight copies"] == 0 for b in act_ratio)
+assert total_ratio[4096] < 0.6 and total_ratio[256] > 0.8 and total_ratio[16] > 1
+
+# %% [markdown]
+# **The rule.** Under autocast a training step keeps its activations in 16 bits — half the bytes (only what a
+# float32-list operation saves, here the small log-softmax inside `cross_entropy`, stays float32) — plus one
+# 16-bit copy of each weight that a low-precision operation used (half the bytes of those weights), made anew in
+# every forward pass. Whether memory goes down depends on the ratio of activations to weights:
+#
+# * large batches or long sequences, small weights (batch 4096 here): the total nearly halves;
+# * the training run above (batch 256): activations and weights are about the same size, and autocast saves 2 %;
+# * small batches of a big model (batch 16): the weight copies dominate and autocast keeps *more* than float32.
+#
+# (The first layer's weight is not saved in either run: its input needs no gradient, so its backward needs no
+# weight.) This is the notes' "AMP is not necessarily smaller". On a GPU, `torch.cuda.max_memory_allocated` also
+# counts what is not saved for backward — the 16-bit copy of the first layer's weight, temporary casts; the
+# time saved by tensor cores is usually the bigger win.
 
 # %% [markdown]
 # Time per step (and on CUDA, peak memory). These numbers depend on the hardware and on what else runs on the
@@ -599,17 +839,24 @@ assert device.type != "cuda" or all(r["peak_cuda_mib"] > 0 for r in runs.values(
 # %% [markdown]
 # ## Summary
 #
-# * float16 overflows at 65504 and loses gradients below ~6e-8; bfloat16 has float32's range but only 8
-#   significant bits. Reductions and weight updates need float32.
-# * `with torch.amp.autocast(device.type, dtype=...)` (bfloat16 on CPU, float16 on CUDA) runs matrix products and
-#   convolutions in low precision and losses/reductions in float32; parameters and gradients stay float32. Do the
-#   backward pass outside the region.
-# * `torch.amp.GradScaler(device.type)` (not `torch.cuda.amp`): `scale(loss).backward()` → optional
-#   `unscale_(opt)` + clipping → `step(opt)` (skipped on inf/nan) → `update()` (halve on overflow, double after
-#   `growth_interval` clean steps); the order READY → UNSCALED → STEPPED → READY is enforced. Needed for float16,
-#   not for bfloat16.
-# * Recipes: unscale before clipping; accumulate with one `step`/`update` per effective batch; unscale gradients
-#   by hand for a gradient penalty; `enabled=use_amp` turns everything off.
-# * TF32 is a separate float32 switch on Ampere+ GPUs, off by default for matrix products since PyTorch 1.12.
-# * Measured here: the autocast loss curve matches float32 and the activations saved for backward take about
-#   half the memory; speed depends on the hardware.
+# * float16 overflows (上溢) above 65504 and loses gradients below ~6e-8 (下溢); bfloat16 has float32's range but
+#   only 8 significant bits. Reductions and weight updates need float32.
+# * `with torch.amp.autocast(device.type, dtype=...)` (bfloat16 on the CPU and on GPUs that support it, float16
+#   on older GPUs) runs matrix products and convolutions in low precision, the ops of its float32 list (most
+#   losses; on CUDA also softmax, `log_softmax`, norms, `sum`, `exp`) in float32, and promotes mixed inputs; the
+#   lists differ per device, so ask the device (section 2). Parameters and gradients stay float32. Do the backward
+#   pass outside the region.
+# * `torch.amp.GradScaler(device.type)` (not `torch.cuda.amp`): loss scaling (损失缩放) with
+#   `scale(loss).backward()` → optional `unscale_(opt)` + clipping → `step(opt)` (skipped on inf/nan) →
+#   `update()` (dynamic loss scaling, 动态损失缩放: halve on overflow, double after `growth_interval` clean steps);
+#   the order READY → UNSCALED → STEPPED → READY is enforced. Needed for float16, not for bfloat16. Its
+#   `state_dict()` (scale, growth tracker) belongs in every checkpoint: `save_checkpoint(..., scaler=scaler)`.
+# * Recipes: unscale before gradient clipping (梯度裁剪); accumulate with one `step`/`update` per effective batch;
+#   unscale gradients by hand for a gradient penalty; `enabled=use_amp` turns everything off.
+# * TF32 is a separate float32 switch on Ampere+ GPUs: `torch.backends.cuda.matmul.fp32_precision = "tf32"`
+#   (off by default for matrix products since PyTorch 1.12), `torch.backends.cudnn.conv.fp32_precision` (on by
+#   default); the legacy `allow_tf32` flags and `torch.set_float32_matmul_precision` still work, but do not mix
+#   the two families.
+# * Measured here: the autocast loss curve matches float32. Autocast halves the activations saved for backward
+#   but adds a 16-bit copy of each weight it casts: memory nearly halves at batch 4096, barely changes at batch
+#   256, and grows at batch 16. Speed depends on the hardware.
