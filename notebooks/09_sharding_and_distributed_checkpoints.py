@@ -19,7 +19,7 @@
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
 #
-# **Study time:** about 60 min. **Run time:** 140 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 60 min. **Run time:** 130 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
 #
 # **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
@@ -347,7 +347,8 @@ assert sorted(state) == sorted(full) and int(state["0.weight"]["step"]) == 3
 
 # %% [markdown]
 # Loading into a **sharded** model works the same way: build the model, `fully_shard` it on the new mesh, call
-# `get_state_dict(model, opt)` for the (empty) `DTensor` state dicts, `dcp.load` them, and
+# `get_state_dict(model, opt)` for state dicts of `DTensor`s in the new layout (it creates Adam's states with a
+# zero-gradient step if the optimizer has none yet), `dcp.load` into them, and
 # `set_state_dict(model, opt, model_state_dict=..., optim_state_dict=...)`. Each rank then reads only the
 # byte ranges of its new shards, whatever the old world size was.
 
@@ -430,10 +431,13 @@ assert sorted(set(samples) - {i for v in dropped.values() for i in v}) == [8, 9]
 
 # %%
 def draw_parallelism(ax):
-    """Which rank holds which part of a two-layer model (L1, L2) and which part of the batch."""
+    """Which rank holds which part of a two-layer model (L1, L2) and which part of the batch.
+
+    FSDP2 and ColwiseParallel shard a weight's dim 0 (output units, drawn across); RowwiseParallel dim 1 (drawn up).
+    """
     rows = [("DDP", [(0, 1), (0, 1)], [(0, 1), (0, 1)], "half batch each"),
             ("FSDP2 / ZeRO-3", [(0, .5), (.5, 1)], [(0, .5), (.5, 1)], "half batch each; layers gathered to run"),
-            ("tensor parallel", [(0, .5), (.5, 1)], [(0, .5), (.5, 1)], "whole batch; L1 by columns, L2 by rows"),
+            ("tensor parallel", [(0, .5), (.5, 1)], [(0, .5), (.5, 1)], "whole batch; L1 by output units, L2 by input units"),
             ("pipeline parallel", [(0, 1), None], [None, (0, 1)], "micro-batches flow rank 0 → rank 1")]
     colours = ["tab:blue", "tab:orange"]
     for i, (name, l1, l2, note) in enumerate(rows):
@@ -456,12 +460,14 @@ def draw_parallelism(ax):
         ax.text(6.0, y + 0.35, note, va="center", fontsize=9)
     for rank in (0, 1):
         ax.text(rank * 3.0 + 1.2, 1.0, f"rank {rank}", ha="center", fontsize=10, color=colours[rank])
+    ax.text(-3.2, -5.1, "each box is a layer's weight matrix: across = its output units, up = its input units",
+            fontsize=8, color="grey")
     ax.set_xlim(-3.2, 10.5)
     ax.set_ylim(-5.2, 1.4)
     ax.axis("off")
 
 
-fig, ax = plt.subplots(figsize=(10, 4))
+fig, ax = plt.subplots(figsize=(11, 5))
 draw_parallelism(ax)
 ax.set_title("what each of 2 ranks stores (coloured) of a 2-layer model")
 plt.show()
