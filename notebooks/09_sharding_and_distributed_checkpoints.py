@@ -19,7 +19,7 @@
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
 #
-# **Study time:** about 60 min. **Run time:** 130 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 60 min. **Run time:** 95 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
 #
 # **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
@@ -346,6 +346,10 @@ for k in full:
 assert sorted(state) == sorted(full) and int(state["0.weight"]["step"]) == 3
 
 # %% [markdown]
+# Training does not have to wait for the disk: `dcp.async_save` (same arguments; marked experimental in 2.14)
+# copies the state into CPU memory, returns a future (wait on it before the next save), and writes in a
+# background thread while the next steps run.
+#
 # Loading into a **sharded** model works the same way: build the model, `fully_shard` it on the new mesh, call
 # `get_state_dict(model, opt)` for state dicts of `DTensor`s in the new layout (it creates Adam's states with a
 # zero-gradient step if the optimizer has none yet), `dcp.load` into them, and
@@ -425,7 +429,7 @@ assert sorted(set(samples) - {i for v in dropped.values() for i in v}) == [8, 9]
 # | pipeline parallel (流水线并行) | whole layers: a consecutive group of them | micro-batches through its stage only | activations forward and their gradients backward, point-to-point between neighbouring stages |
 #
 # Tensor parallelism talks inside every layer, so it is kept within one machine's fast links; pipelines talk
-# little but leave stages idle unless the batch is cut into micro-batches (the "bubble"); large models combine
+# little but leave stages idle unless the batch is cut into micro-batches (the pipeline bubble, 流水线气泡); large models combine
 # all of them on a multi-dimensional `DeviceMesh`, e.g. `init_device_mesh("cuda", (n_nodes, 8),
 # mesh_dim_names=("dp", "tp"))`.
 
@@ -616,7 +620,7 @@ assert mlines[1][8] == "tp output and gradients (parameters and input) equal the
 # %% [markdown]
 # ## 5. `torch.compile` with DDP: graphs cut at bucket boundaries
 #
-# DDP overlaps communication with backward: gradients are grouped into **buckets** (`bucket_cap_mb`: 25 MiB by
+# DDP overlaps communication with backward: gradients are grouped into **buckets** (桶; `bucket_cap_mb`: 25 MiB by
 # default, with a first bucket of 1 MiB; a `bucket_cap_mb` you set applies to all buckets), and as soon as the autograd engine has produced every gradient of
 # a bucket, a hook starts its all-reduce while backward continues. A compiled model breaks this: `torch.compile`
 # turns the forward into one graph, and AOTAutograd's backward of it is one opaque autograd node that produces
