@@ -1,0 +1,759 @@
+# %% [markdown]
+# # 09 · Beyond DDP: sharding and distributed checkpoints (分片与分布式检查点)
+#
+# **What you learn.** DDP (notebook 08) keeps a full copy of the model, its gradients and its optimizer state
+# on every process. That stops working when one copy no longer fits on one device. This notebook shows what
+# PyTorch 2.14 offers beyond it, on real processes:
+#
+# 1. **ZeRO and FSDP2**: shard (分片) parameters, gradients and optimizer states across ranks —
+#    *fully sharded data parallel* (完全分片数据并行). `fully_shard` on a device mesh (设备网格), parameters that
+#    become distributed tensors (分布式张量, `DTensor`), the all-gathers and reduce-scatters it runs, proved equal
+#    to one process; the bytes each rank holds, from the real shards;
+# 2. **distributed checkpoints** (分布式检查点, `torch.distributed.checkpoint`): two ranks write their own shards
+#    in parallel, and one process reads them back with another sharding (重分片, resharding 2 → 1);
+# 3. why evaluating with a padded `DistributedSampler` gives a **wrong metric**, and the fix;
+# 4. splitting the **model** instead of the batch: data / tensor / pipeline parallelism (数据并行 / 张量并行 /
+#    流水线并行), DDP over the notes' two-device `ToyMpModel`, and a column/row-parallel MLP on two ranks;
+# 5. `torch.compile` with DDP: how the graph is cut at bucket boundaries so communication overlaps backward.
+#
+# **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
+# reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
+#
+# **Study time:** about 60 min. **Run time:** 95 s on the 2-core course machine (measured by `make execute`).
+# Almost all of it is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
+#
+# **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
+# gloo on the CPU otherwise; the device mesh is built on the same device type. `ToyMpModel` puts its two halves
+# on two GPUs when each process has two (4 GPUs for 2 processes); here both halves are on the CPU. The stored
+# outputs were made on the CPU.
+
+# %% [markdown]
+# ## Setup
+#
+# The distributed programs are written by this notebook (`%%writefile`) into `notebooks/runs/` (ignored by git)
+# and started with `torchrun` through `utils.launch.run_torchrun`, as in notebook 08: workers report with
+# `report()` (lines `[rank N] ...`, sorted by rank) and return tensors through `save_result()` files read with
+# `load_rank_results`.
+
+# %%
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from matplotlib.patches import Rectangle
+from torch.utils.data.distributed import DistributedSampler
+
+from utils import get_device, seed_everything
+from utils.launch import leftover_processes, load_rank_results, run_torchrun
+
+seed_everything(0)
+device = get_device()
+Path("runs").mkdir(exist_ok=True)  # the notebook runs in notebooks/: scripts go to notebooks/runs/
+work = tempfile.TemporaryDirectory()  # checkpoints and result files of this notebook's launches
+WORK = Path(work.name)
+launch_seconds = {}
+print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| gloo:", dist.is_gloo_available())
+
+# %% [markdown]
+# ## 1. ZeRO and FSDP2: shard everything, gather just in time
+#
+# **What DDP stores.** Training with Adam in float32 keeps, per parameter, 4 bytes of weight, 4 of gradient and
+# 8 of optimizer state (`exp_avg` and `exp_avg_sq`): 16 bytes. DDP keeps all of it on **every** rank, so N GPUs
+# hold N identical copies. The ZeRO paper (Rajbhandari et al., 2020) removes the copies in three stages:
+#
+# | stage | sharded across the N ranks | bytes per rank (float32 Adam, Ψ parameters) |
+# |---|---|---|
+# | DDP | nothing | 4Ψ + 4Ψ + 8Ψ = 16Ψ |
+# | ZeRO-1 | optimizer states | 4Ψ + 4Ψ + 8Ψ/N |
+# | ZeRO-2 | + gradients | 4Ψ + 12Ψ/N |
+# | ZeRO-3 | + parameters | 16Ψ/N |
+#
+# (The paper counts mixed precision: 2Ψ + 2Ψ + KΨ with K = 12 for Adam's float32 master weights and states.)
+#
+# **How ZeRO-3 still computes with full layers.** Each rank keeps 1/N of every parameter. Just before a layer
+# runs forward, the ranks **all-gather** (全收集) its shards into the full weight, compute, and free it again;
+# backward gathers it once more, computes gradients for the rank's own batch, and **reduce-scatters**
+# (规约散射) them: each rank receives the *sum* of everyone's gradient, but only for its own shard. The
+# optimizer then updates the local shards only. Notebook 08 built all-reduce as reduce-scatter followed by
+# all-gather; ZeRO keeps the reduce-scatter in backward and moves the all-gather to the next forward, so it
+# communicates 1.5× what DDP does (one extra all-gather in backward) and stores N× less.
+#
+# **FSDP2** is PyTorch's ZeRO-3: `torch.distributed.fsdp.fully_shard(module, mesh=...)`. It replaces every
+# parameter of `module` by a `DTensor` (`torch.distributed.tensor`) — a tensor that knows its **global** shape and
+# how it is laid out over a `DeviceMesh` (here a 1-D mesh of the 2 ranks, `init_device_mesh("cpu", (2,))`):
+# placement `Shard(0)` means "cut along dimension 0, one piece per rank" (`torch.chunk` pieces, so a dimension
+# of 3 becomes 2 + 1 rows). `.to_local()` is the piece this rank stores; `.full_tensor()` all-gathers the whole.
+# Calling `fully_shard` on each layer first and then on the whole model makes each layer its own unit, gathered
+# only while it runs (the root picks up parameters not already in a unit).
+#
+# The script trains a small MLP for 3 Adam steps on 2 ranks, each with half of a batch of 16, and a
+# reference copy in the same process on the whole batch; `CommDebugMode` (`torch.distributed.tensor.debug`)
+# counts the collectives of the first step. Then it writes a distributed checkpoint (section 2).
+
+# %%
+# %%writefile runs/fsdp_dcp.py
+"""Notebook 09, sections 1-2: FSDP2 (fully_shard) on 2 processes, then a distributed checkpoint (DCP)."""
+import argparse
+import warnings
+
+import torch
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.debug import CommDebugMode
+
+from utils.ddp.common import distributed, report, save_result
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+parser.add_argument("--ckpt", required=True)
+args = parser.parse_args()
+# CommDebugMode makes the root's output a view, and FSDP2 warns about in-place ops on views (not without it)
+warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+
+
+def make_mlp() -> nn.Sequential:
+    torch.manual_seed(0)  # the same initial weights on every rank and in the reference
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def count(comm: CommDebugMode) -> dict[str, int]:
+    return {str(op).split(".")[-1]: n for op, n in sorted(comm.get_comm_counts().items(), key=str)}
+
+
+with distributed() as info:
+    dev = info.device
+    mesh = init_device_mesh(dev.type, (info.world_size,))  # 设备网格: a 1-D mesh of all ranks
+    model = make_mlp().to(dev)
+    reference = make_mlp().to(dev)  # unsharded, sees the whole batch: what one process would do
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)  # one FSDP unit per Linear
+    fully_shard(model, mesh=mesh)  # the root
+    for name, p in model.named_parameters():
+        report(f"{name:8} {type(p).__name__} global {tuple(p.shape)} {p.placements} local {tuple(p.to_local().shape)}")
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    ref_opt = torch.optim.Adam(reference.parameters(), lr=0.01)
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 6, generator=g).to(dev), torch.randn(16, 3, generator=g).to(dev)
+    mine = slice(info.rank * 16 // info.world_size, (info.rank + 1) * 16 // info.world_size)
+    for step in range(3):
+        with CommDebugMode() as comm:
+            loss = F.mse_loss(model(x[mine]), y[mine])
+            forward_counts = count(comm)
+            loss.backward()
+        opt.step()  # Adam on the local shards: no communication
+        opt.zero_grad()
+        F.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        if step == 0:
+            report(f"step 1 forward: {forward_counts} | forward + backward: {count(comm)}")
+    full = {k: v.full_tensor() for k, v in model.state_dict().items()}  # all-gather every parameter
+    for k, v in reference.state_dict().items():
+        torch.testing.assert_close(full[k], v)
+    report(f"after 3 steps the gathered parameters equal the 1-process reference: {sorted(full)}")
+
+    # what this rank holds: local shards of parameters, gradients (after a backward) and Adam states
+    F.mse_loss(model(x[mine]), y[mine]).backward()
+    local = lambda t: t.to_local() if isinstance(t, DTensor) else t
+    sizes = {
+        "param": sum(local(p).nbytes for p in model.parameters()),
+        "grad": sum(local(p.grad).nbytes for p in model.parameters()),
+        "adam": sum(local(s[k]).nbytes for s in opt.state.values() for k in ("exp_avg", "exp_avg_sq")),
+        "step": sum(s["step"].nbytes for s in opt.state.values()),
+        "grad_is_dtensor": all(isinstance(p.grad, DTensor) for p in model.parameters()),
+    }
+    opt.zero_grad()
+
+    # the same model with reshard_after_forward=False: full layers kept from forward to backward (ZeRO-2 style)
+    model2 = make_mlp().to(dev)
+    for layer in (model2[0], model2[2]):
+        fully_shard(layer, mesh=mesh, reshard_after_forward=False)
+    fully_shard(model2, mesh=mesh, reshard_after_forward=False)
+    with CommDebugMode() as comm:
+        F.mse_loss(model2(x[mine]), y[mine]).backward()
+    report(f"reshard_after_forward=False, forward + backward: {count(comm)}")
+
+    # 分布式检查点: every rank writes its own shards; the plan and .metadata are agreed through rank 0
+    model_sd, optim_sd = get_state_dict(model, opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.ckpt)
+    save_result(args.out, {"full": {k: v.cpu() for k, v in full.items()}, "sizes": sizes,
+                           "local_shapes": {k: tuple(v.to_local().shape) for k, v in model_sd.items()}})
+
+# %%
+fsdp = run_torchrun("runs/fsdp_dcp.py", nproc=2, args=["--out", WORK / "fsdp", "--ckpt", WORK / "ckpt"])
+launch_seconds["fsdp_dcp"] = fsdp.wall_s
+fsdp.print_ranks()
+lines = fsdp.by_rank()
+assert lines[0][0] == "0.weight DTensor global (8, 6) (Shard(dim=0),) local (4, 6)"
+assert lines[0][2].endswith("local (2, 8)") and lines[1][2].endswith("local (1, 8)")  # 3 rows: 2 + 1
+
+# %% [markdown]
+# Every rank sees the same **global** shapes and stores half the rows; `2.weight` has 3 rows, so rank 0 stores 2
+# and rank 1 stores 1 (FSDP2 pads the smaller shard internally so that the all-gather moves equal pieces).
+#
+# **The collectives of one step**, per rank: in forward, one all-gather per unit (`_allgather_base_`: the
+# c10d op behind `all_gather_into_tensor`); in backward, each unit is gathered **again** (the forward freed it)
+# and its gradients are reduce-scattered (`_reduce_scatter_base_`). That is 4 all-gathers and 2 reduce-scatters
+# for 2 units. With `reshard_after_forward=False` the gathered layers stay in memory until backward: 2
+# all-gathers instead of 4, and more memory between forward and backward — ZeRO-2's trade.
+#
+# After 3 Adam steps the gathered parameters equal the unsharded reference on the whole batch (`assert_close`
+# in the script): each rank's gradient shard is the **average** over ranks of the gradients of their half
+# batches, which is the gradient of the whole batch's mean loss.
+
+# %%
+ag, rs = "_allgather_base_", "_reduce_scatter_base_"
+for r in (0, 1):
+    step1 = lines[r][4]
+    assert step1 == f"step 1 forward: {{'{ag}': 2}} | forward + backward: {{'{ag}': 4, '{rs}': 2}}", step1
+    assert lines[r][6] == f"reshard_after_forward=False, forward + backward: {{'{ag}': 2, '{rs}': 2}}", lines[r][6]
+print("per rank and step: forward 2 all-gathers; forward + backward 4 all-gathers and 2 reduce-scatters")
+print("with reshard_after_forward=False: 2 all-gathers and 2 reduce-scatters")
+
+# %% [markdown]
+# **Bytes per rank**, measured on the local shards the script found after a backward (`param`: the sharded
+# parameters; `grad`: their gradients, which are `DTensor`s with the same sharding; `adam`: `exp_avg` +
+# `exp_avg_sq`; Adam's `step` counters are one float32 scalar per parameter tensor, kept whole on every rank).
+# DDP's column is what each rank would hold with full copies.
+
+# %%
+fres = load_rank_results(WORK / "fsdp")
+full = fres[0]["full"]
+n_params = sum(v.numel() for v in full.values())
+ddp_bytes = {"param": 4 * n_params, "grad": 4 * n_params, "adam": 8 * n_params, "step": 4 * len(full)}
+print(f"{n_params} parameters in {len(full)} tensors")
+print(f"{'bytes':7} {'DDP rank 0/1':>13} {'FSDP2 rank 0':>13} {'FSDP2 rank 1':>13}")
+for kind in ("param", "grad", "adam", "step"):
+    print(f"{kind:7} {ddp_bytes[kind]:13} {fres[0]['sizes'][kind]:13} {fres[1]['sizes'][kind]:13}")
+totals = [sum(fres[r]["sizes"][k] for k in ddp_bytes) for r in (0, 1)]
+print(f"{'total':7} {sum(ddp_bytes.values()):13} {totals[0]:13} {totals[1]:13}")
+for kind in ("param", "grad", "adam"):  # the shards add up to exactly one copy
+    assert fres[0]["sizes"][kind] + fres[1]["sizes"][kind] == ddp_bytes[kind]
+assert fres[0]["sizes"]["grad_is_dtensor"] and fres[0]["sizes"]["step"] == ddp_bytes["step"]
+assert fres[0]["sizes"]["param"] == 4 * (4 * 6 + 4 + 2 * 8 + 2) and fres[1]["sizes"]["param"] == 4 * (4 * 6 + 4 + 1 * 8 + 1)
+
+# %% [markdown]
+# The stage formulas for a big model: the ZeRO paper's example, 7.5 billion parameters on 64 GPUs with mixed
+# precision (K = 12), and the same model in float32 Adam (16 bytes per parameter) on 8 GPUs.
+
+# %%
+def zero_bytes(psi: float, n: int, p: int = 2, g: int = 2, k: int = 12) -> dict[str, float]:
+    """Bytes per rank: weights p, gradients g and optimizer states k bytes per parameter, n ranks."""
+    return {"DDP": (p + g + k) * psi, "ZeRO-1": (p + g) * psi + k * psi / n,
+            "ZeRO-2": p * psi + (g + k) * psi / n, "ZeRO-3": (p + g + k) * psi / n}
+
+
+paper = zero_bytes(7.5e9, 64)
+fp32 = zero_bytes(7.5e9, 8, p=4, g=4, k=8)
+for stage in paper:
+    print(f"{stage:7} mixed precision, 64 GPUs: {paper[stage] / 1e9:6.1f} GB | float32 Adam, 8 GPUs: {fp32[stage] / 1e9:6.1f} GB")
+assert [round(v / 1e9, 1) for v in paper.values()] == [120.0, 31.4, 16.6, 1.9]  # the paper's Figure 1
+
+# %% [markdown]
+# Activations are not in the table: they depend on the batch and are **not** sharded by ZeRO (each rank
+# computes on its own batch); activation checkpointing and smaller micro-batches deal with them. And a layer
+# still has to fit in one device when it is gathered: the largest unit sets the peak, which is why one wraps
+# each transformer block in its own `fully_shard`.
+#
+# **On CPU with gloo, in PyTorch 2.14, FSDP2 works**: `init_device_mesh("cpu", ...)`, `fully_shard`, forward,
+# backward (gloo's reduce-scatter), Adam on `DTensor` shards, `full_tensor()` and the checkpoint below all ran
+# here. What the CPU cannot show is the point of it — overlapping the gathers with computation on separate CUDA
+# streams, and mixed precision (`fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))`).
+# On GPUs the same script runs unchanged with NCCL (`init_device_mesh("cuda", ...)`).
+
+# %% [markdown]
+# ## 2. Distributed checkpoints: every rank writes its shard, any world size reads
+#
+# Saving a sharded model the notebook-06 way needs the full tensors in one process (`full_tensor()` on every
+# parameter, then `torch.save` on rank 0): a gather of the whole model through one device, and one writer.
+# `torch.distributed.checkpoint` (DCP) instead lets **every rank write its own shards, in parallel**, into a
+# folder. `get_state_dict(model, optimizer)` (`torch.distributed.checkpoint.state_dict`) returns the model's and
+# the optimizer's state dicts keyed by parameter names (not the optimizer's numeric ids) with `DTensor` values;
+# `dcp.save` plans who writes what (rank 0 collects the plans and writes `.metadata`), and each rank writes one
+# file `__<rank>_0.distcp`:
+
+# %%
+ckpt = WORK / "ckpt"
+print("files in the checkpoint folder:", sorted(os.listdir(ckpt)))
+print("local shapes in the state_dict given to dcp.save, rank 0:", fres[0]["local_shapes"])
+print("                                                    rank 1:", fres[1]["local_shapes"])
+assert sorted(os.listdir(ckpt)) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+
+# %% [markdown]
+# The `.metadata` file records, for every tensor, its global size and the chunks it was written in (offset and
+# size of each piece), and which file holds each chunk. That is what lets a job with a **different** number of
+# ranks — or a single process — read it: each reader asks for the pieces that overlap what it needs.
+
+# %%
+meta = dcp.FileSystemReader(ckpt).read_metadata()
+where = {}
+for index, info in meta.storage_data.items():
+    where.setdefault(index.fqn, []).append((tuple(index.offset) if index.offset is not None else None, info.relative_path))
+for fqn in ("model.2.weight", "optim.state.2.weight.exp_avg", "optim.state.2.weight.step"):
+    md = meta.state_dict_metadata[fqn]
+    chunks = [(tuple(c.offsets), tuple(c.sizes)) for c in md.chunks]
+    print(f"{fqn:30} global {tuple(md.size)} chunks (offset, size) {chunks} in {sorted(f for _, f in where[fqn])}")
+assert [tuple(c.sizes) for c in meta.state_dict_metadata["model.2.weight"].chunks] == [(2, 8), (1, 8)]
+assert sorted(f for _, f in where["model.2.weight"]) == ["__0_0.distcp", "__1_0.distcp"]
+assert len(where["optim.state.2.weight.step"]) == 1  # a replicated scalar is written once, not by every rank
+
+# %% [markdown]
+# **Resharding 2 → 1** (重分片): this notebook process has no process group at all. `dcp.load` fills a state
+# dict **in place**, so we hand it a plain, freshly initialised model's `state_dict()` (its tensors say which
+# keys and shapes we want), then `load_state_dict` as usual. Only the model's keys are requested: the
+# optimizer's entries in the checkpoint are simply not read. `dcp.load` warns that it runs without
+# `torch.distributed`, which is what we want here:
+
+# %%
+plain = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))  # other random weights
+wanted = {"model": plain.state_dict()}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    dcp.load(wanted, checkpoint_id=ckpt)
+plain.load_state_dict(wanted["model"])
+print(f"{caught[0].category.__name__}: {str(caught[0].message).split(', assuming')[0]}")
+for k, v in plain.state_dict().items():
+    torch.testing.assert_close(v, full[k], rtol=0, atol=0)
+print("the 1-process model equals the gathered 2-rank model:", list(plain.state_dict()))
+assert len(caught) == 1 and caught[0].category is UserWarning
+
+# %% [markdown]
+# For a single ordinary file (to share a model, or to inspect it), `dcp_to_torch_save` converts the whole folder,
+# optimizer included, into one `torch.save` file with full tensors (its inverse is `torch_save_to_dcp`). The
+# Adam states come back whole: the two ranks' halves put together.
+
+# %%
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+dcp_to_torch_save(ckpt, WORK / "one_file.pt")
+one = torch.load(WORK / "one_file.pt", weights_only=True)
+state = one["optim"]["state"]
+print("keys:", list(one), "| optimizer state of '2.weight':", {k: tuple(v.shape) for k, v in state["2.weight"].items()})
+for k in full:
+    torch.testing.assert_close(one["model"][k], full[k], rtol=0, atol=0)
+assert sorted(state) == sorted(full) and int(state["0.weight"]["step"]) == 3
+
+# %% [markdown]
+# Training does not have to wait for the disk: `dcp.async_save` (same arguments; marked experimental in 2.14)
+# copies the state into CPU memory, returns a future (wait on it before the next save), and writes in a
+# background thread while the next steps run.
+#
+# Loading into a **sharded** model works the same way: build the model, `fully_shard` it on the new mesh, call
+# `get_state_dict(model, opt)` for state dicts of `DTensor`s in the new layout (it creates Adam's states with a
+# zero-gradient step if the optimizer has none yet), `dcp.load` into them, and
+# `set_state_dict(model, opt, model_state_dict=..., optim_state_dict=...)`. Each rank then reads only the
+# byte ranges of its new shards, whatever the old world size was.
+
+# %% [markdown]
+# ## 3. Evaluation with a padded `DistributedSampler` is biased
+#
+# `DistributedSampler` gives every rank the same number of samples, `ceil(N / world_size)`, so that every rank
+# runs the same number of steps (DDP needs that: each step is a collective). When N is not divisible, it
+# **pads** by repeating samples from the start (`drop_last=False`, the default). In training a few repeats per
+# epoch hardly matter; in evaluation they change the metric. Ten samples on four ranks (without shuffling, to
+# see the pattern; `num_replicas` and `rank` can be given explicitly, so no process group is needed):
+
+# %%
+N, WORLD = 10, 4
+samples = list(range(N))
+padded = {r: list(DistributedSampler(samples, num_replicas=WORLD, rank=r, shuffle=False)) for r in range(WORLD)}
+for r, idx in padded.items():
+    print(f"rank {r}: {idx}")
+assert padded == {0: [0, 4, 8], 1: [1, 5, 9], 2: [2, 6, 0], 3: [3, 7, 1]}  # 0 and 1 are evaluated twice
+
+# %% [markdown]
+# A model that classifies samples 0, 1, 4 and 6 correctly has accuracy 4/10 = 0.4. Each rank computes its
+# accuracy; the usual two ways to combine them — the mean of the ranks' accuracies, or all-reducing the counts —
+# agree with each other (padded shards all have the same size) and are both wrong: samples 0 and 1 count twice,
+# 6 correct out of 12.
+
+# %%
+correct = torch.tensor([1, 1, 0, 0, 1, 0, 1, 0, 0, 0])  # which samples the model gets right
+true_acc = correct.sum().item() / N
+per_rank = {r: correct[idx] for r, idx in padded.items()}
+mean_of_ranks = sum(c.float().mean().item() for c in per_rank.values()) / WORLD
+pooled = sum(c.sum().item() for c in per_rank.values()) / sum(len(c) for c in per_rank.values())
+print(f"true accuracy {true_acc:.4f} | mean of the ranks' accuracies {mean_of_ranks:.4f} | "
+      f"all-reduced counts with padding {pooled:.4f}")
+assert true_acc == 0.4 and mean_of_ranks != true_acc and pooled != true_acc
+assert pooled == 6 / 12 and abs(mean_of_ranks - 6 / 12) < 1e-6
+
+# %% [markdown]
+# **The fix:** shard without padding — `indices[rank::world_size]`, so ranks get 3, 3, 2, 2 samples — and
+# all-reduce **counts**, not averages: `dist.all_reduce(torch.tensor([n_correct, n_seen]), op=SUM)` (below, the
+# sum over ranks is what that all-reduce returns on every rank). The ranks now run different numbers of
+# batches, which is fine for evaluation as long as nothing inside the loop is a collective: evaluate the plain
+# module (`ddp_model.module`), not the DDP wrapper, and communicate once at the end.
+#
+# `drop_last=True` is not a fix: the sampler then *drops* the tail (each rank gets `N // world_size`), and
+# samples 8 and 9 are never evaluated.
+
+# %%
+unpadded = {r: samples[r::WORLD] for r in range(WORLD)}
+counts = torch.stack([torch.tensor([correct[idx].sum(), len(idx)]) for idx in unpadded.values()])
+n_correct, n_seen = counts.sum(dim=0).tolist()  # = dist.all_reduce(counts_of_this_rank, op=SUM)
+dropped = {r: list(DistributedSampler(samples, num_replicas=WORLD, rank=r, shuffle=False, drop_last=True)) for r in range(WORLD)}
+print("unpadded shards:", unpadded, f"-> {n_correct}/{n_seen} = {n_correct / n_seen:.4f}")
+print("drop_last=True:", dropped, "-> never evaluated:", sorted(set(samples) - {i for v in dropped.values() for i in v}))
+assert n_seen == N and n_correct / n_seen == true_acc
+assert sorted(i for v in unpadded.values() for i in v) == samples
+assert sorted(set(samples) - {i for v in dropped.values() for i in v}) == [8, 9]
+
+# %% [markdown]
+# With `shuffle=True` the repeated samples are different ones each epoch, but the bias is there all the same.
+# Libraries such as TorchMetrics do exactly this — sum states across ranks, then divide.
+
+# %% [markdown]
+# ## 4. Splitting the model: data, tensor and pipeline parallelism
+#
+# DDP and FSDP split the **batch**; every rank computes whole layers (FSDP only *stores* them in pieces). When a
+# single layer's computation is too big, or activations are, the **model** is split instead:
+#
+# | | each rank holds | each rank computes | communicated |
+# |---|---|---|---|
+# | data parallel (数据并行), DDP | the whole model | its part of the batch, all layers | gradients: one all-reduce per bucket in backward |
+# | fully sharded (ZeRO-3, FSDP2) | 1/N of every layer | its part of the batch, all layers | parameters: all-gather per unit in forward and backward; gradients: reduce-scatter |
+# | tensor parallel (张量并行) | a slice of every layer's weight matrices | the whole batch, its slice of each matrix product | activations: an all-reduce (or all-gather) inside every layer pair, forward and backward |
+# | pipeline parallel (流水线并行) | whole layers: a consecutive group of them | micro-batches through its stage only | activations forward and their gradients backward, point-to-point between neighbouring stages |
+#
+# Tensor parallelism talks inside every layer, so it is kept within one machine's fast links; pipelines talk
+# little but leave stages idle unless the batch is cut into micro-batches (the pipeline bubble, 流水线气泡); large models combine
+# all of them on a multi-dimensional `DeviceMesh`, e.g. `init_device_mesh("cuda", (n_nodes, 8),
+# mesh_dim_names=("dp", "tp"))`.
+
+# %%
+def draw_parallelism(ax):
+    """Which rank holds which part of a two-layer model (L1, L2) and which part of the batch.
+
+    FSDP2 and ColwiseParallel shard a weight's dim 0 (output units, drawn across); RowwiseParallel dim 1 (drawn up).
+    """
+    rows = [("DDP", [(0, 1), (0, 1)], [(0, 1), (0, 1)], "half batch each"),
+            ("FSDP2 / ZeRO-3", [(0, .5), (.5, 1)], [(0, .5), (.5, 1)], "half batch each; layers gathered to run"),
+            ("tensor parallel", [(0, .5), (.5, 1)], [(0, .5), (.5, 1)], "whole batch; L1 by output units, L2 by input units"),
+            ("pipeline parallel", [(0, 1), None], [None, (0, 1)], "micro-batches flow rank 0 → rank 1")]
+    colours = ["tab:blue", "tab:orange"]
+    for i, (name, l1, l2, note) in enumerate(rows):
+        y = -i * 1.6
+        ax.text(-0.2, y + 0.35, name, ha="right", va="center", fontsize=10, weight="bold")
+        for rank in (0, 1):
+            x0 = rank * 3.0
+            for j, (layer, part) in enumerate((("L1", l1[rank]), ("L2", l2[rank]))):
+                x = x0 + j * 1.3
+                ax.add_patch(Rectangle((x, y), 1.1, 0.7, fill=False, ec="grey", ls=":"))
+                if part is not None:
+                    shaded_axis_is_rows = name == "tensor parallel" and layer == "L2"
+                    if shaded_axis_is_rows:  # a row slice of L2's weight: the input features
+                        ax.add_patch(Rectangle((x, y + 0.7 * (1 - part[1])), 1.1, 0.7 * (part[1] - part[0]),
+                                               color=colours[rank], alpha=.6))
+                    else:
+                        ax.add_patch(Rectangle((x + 1.1 * part[0], y), 1.1 * (part[1] - part[0]), 0.7,
+                                               color=colours[rank], alpha=.6))
+                ax.text(x + 0.55, y + 0.35, layer, ha="center", va="center", fontsize=9)
+        ax.text(6.0, y + 0.35, note, va="center", fontsize=9)
+    for rank in (0, 1):
+        ax.text(rank * 3.0 + 1.2, 1.0, f"rank {rank}", ha="center", fontsize=10, color=colours[rank])
+    ax.text(-3.2, -5.1, "each box is a layer's weight matrix: across = its output units, up = its input units",
+            fontsize=8, color="grey")
+    ax.set_xlim(-3.2, 10.5)
+    ax.set_ylim(-5.2, 1.4)
+    ax.axis("off")
+
+
+fig, ax = plt.subplots(figsize=(11, 5))
+draw_parallelism(ax)
+ax.set_title("what each of 2 ranks stores (coloured) of a 2-layer model")
+plt.show()
+assert len(ax.patches) == 4 * 2 * 2 + 4 * 2 * 2 - 2  # every slot outlined, all filled but pipeline's two
+
+# %% [markdown]
+# All three exist in PyTorch 2.14: `torch.distributed.tensor.parallel` (`parallelize_module` with the styles
+# `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`) and `torch.distributed.pipelining` (`pipeline`,
+# `SplitPoint`, `PipelineStage`, schedules such as `ScheduleGPipe` and `Schedule1F1B`):
+
+# %%
+import torch.distributed.pipelining as pipelining
+import torch.distributed.tensor.parallel as tp
+
+print("tensor.parallel:", [n for n in ("parallelize_module", "ColwiseParallel", "RowwiseParallel", "SequenceParallel") if hasattr(tp, n)])
+print("pipelining:", [n for n in ("pipeline", "SplitPoint", "PipelineStage", "ScheduleGPipe", "Schedule1F1B") if hasattr(pipelining, n)])
+assert all(hasattr(tp, n) for n in ("parallelize_module", "ColwiseParallel", "RowwiseParallel"))
+assert all(hasattr(pipelining, n) for n in ("pipeline", "PipelineStage", "ScheduleGPipe"))
+
+# %% [markdown]
+# **DDP over a model split across devices.** The notes' `ToyMpModel` puts `net1` on one GPU and `net2` on
+# another and moves the activation between them in `forward` — the simplest model parallelism (a pipeline with
+# no micro-batches: one GPU idles while the other works). DDP accepts such a multi-device module, with one rule:
+# **`device_ids` (and `output_device`) must be `None`**, because the module itself decides where its layers and
+# outputs live; DDP all-reduces each gradient on the device of its parameter. The notes' program needs 2 GPUs
+# per process (8 GPUs for 4 processes). Here the two "devices" are both the CPU: the pattern is the same, and the
+# same rule holds for CPU modules, which is what the error shows.
+#
+# **Tensor parallelism in two lines.** `ColwiseParallel` on the first `Linear` cuts its weight by output
+# features (`Shard(0)` of the `(out, in)` matrix): each rank computes half of the hidden units. `RowwiseParallel`
+# on the second cuts its weight by input features (`Shard(1)`), so each rank multiplies its half of the hidden
+# units and produces a **partial sum** of the output; one all-reduce adds them. Both ranks get the same input and
+# the same output. The script checks both against unsplit models and counts the collectives.
+
+# %%
+# %%writefile runs/model_parallel.py
+"""Notebook 09, section 4: DDP over the notes' ToyMpModel, and a column/row tensor-parallel MLP."""
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from utils.ddp.common import distributed, env_int, report, save_result
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+
+
+class ToyMpModel(nn.Module):
+    """The notes' model: net1 on dev0, net2 on dev1, the activation moved between them."""
+
+    def __init__(self, dev0, dev1):
+        super().__init__()
+        self.dev0, self.dev1 = dev0, dev1
+        self.net1 = nn.Linear(10, 10).to(dev0)
+        self.relu = nn.ReLU()
+        self.net2 = nn.Linear(10, 5).to(dev1)
+
+    def forward(self, x):
+        x = self.relu(self.net1(x.to(self.dev0)))
+        return self.net2(x.to(self.dev1))
+
+
+two_gpus_each = torch.cuda.device_count() >= 2 * env_int("LOCAL_WORLD_SIZE", 1)
+with distributed(prefer="auto" if two_gpus_each else "cpu") as info:
+    r = info.rank
+    dev0, dev1 = (f"cuda:{2 * info.local_rank}", f"cuda:{2 * info.local_rank + 1}") if two_gpus_each else ("cpu", "cpu")
+    torch.manual_seed(0)
+    mp_model = ToyMpModel(dev0, dev1)
+    torch.manual_seed(0)
+    reference = ToyMpModel(dev0, dev1)  # one process, the whole batch
+    try:
+        DDP(mp_model, device_ids=[0])
+    except ValueError as err:
+        report(f"DDP(mp_model, device_ids=[0]): ValueError: {str(err).split(', but got')[0]}")
+    ddp_mp_model = DDP(mp_model)  # device_ids=None: the module places its own layers
+    report(f"ToyMpModel on {dev0} and {dev1}; ddp.device_ids = {ddp_mp_model.device_ids}, "
+           f"multi-device module: {ddp_mp_model.is_multi_device_module}")
+    g = torch.Generator().manual_seed(1)
+    x, labels = torch.randn(40, 10, generator=g), torch.randn(40, 5, generator=g)
+    mine = slice(20 * r, 20 * (r + 1))  # the notes' batch of 20 on each rank
+    opt = torch.optim.SGD(ddp_mp_model.parameters(), lr=0.001)
+    F.mse_loss(ddp_mp_model(x[mine]), labels[mine].to(dev1)).backward()
+    opt.step()
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.001)
+    F.mse_loss(reference(x), labels.to(dev1)).backward()
+    ref_opt.step()
+    for p, q in zip(mp_model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+    report("DDP over ToyMpModel, 2 x 20 samples = 1 process with 40: parameters equal after one SGD step")
+
+    # tensor parallel: the same 2-layer MLP, its weights split over a 1-D mesh
+    mesh = init_device_mesh(info.device.type, (info.world_size,))
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 4)).to(info.device)
+    torch.manual_seed(0)
+    whole = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 4)).to(info.device)
+    parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    for name, p in mlp.named_parameters():
+        report(f"tp {name:8} {p.placements} local {tuple(p.to_local().shape)}")
+    x = torch.randn(3, 4, generator=g).to(info.device).requires_grad_()  # the same input on every rank
+    x_whole = x.detach().clone().requires_grad_()  # as if it came from earlier layers
+    with CommDebugMode() as comm:
+        out = mlp(x)
+        forward_counts = {str(k).split(".")[-1]: v for k, v in comm.get_comm_counts().items()}
+        out.sum().backward()
+    report(f"tp output {type(out).__name__} {tuple(out.shape)}; collectives forward {forward_counts}, "
+           f"forward + backward { {str(k).split('.')[-1]: v for k, v in comm.get_comm_counts().items()} }")
+    reference_out = whole(x_whole)
+    reference_out.sum().backward()
+    torch.testing.assert_close(out, reference_out)
+    torch.testing.assert_close(x.grad, x_whole.grad)
+    for (name, p), q in zip(mlp.named_parameters(), whole.parameters()):
+        torch.testing.assert_close(p.grad.full_tensor(), q.grad)
+    report("tp output and gradients (parameters and input) equal the unsplit MLP")
+    save_result(args.out, {"done": True})
+
+# %%
+mp = run_torchrun("runs/model_parallel.py", nproc=2, args=["--out", WORK / "mp"])
+launch_seconds["model_parallel"] = mp.wall_s
+mp.print_ranks()
+mlines = mp.by_rank()
+assert mlines[0][0].startswith("DDP(mp_model, device_ids=[0]): ValueError: DistributedDataParallel device_ids "
+                               "and output_device arguments only work with single-device/multiple-device GPU")
+assert "ddp.device_ids = None" in mlines[0][1] and mlines[0][2].startswith("DDP over ToyMpModel")
+assert mlines[0][3] == "tp 0.weight (Shard(dim=0),) local (3, 4)" and mlines[0][5] == "tp 2.weight (Shard(dim=1),) local (4, 3)"
+assert mlines[1][7].endswith("collectives forward {'all_reduce': 1}, forward + backward {'all_reduce': 2}")
+assert mlines[1][8] == "tp output and gradients (parameters and input) equal the unsplit MLP"
+
+# %% [markdown]
+# The column-parallel bias is sharded too (3 of the 6 hidden units on each rank); the row-parallel bias is
+# `Replicate()`d and added once, after the all-reduce. The output is an `AsyncCollectiveTensor`: a tensor subclass
+# tensor whose all-reduce may still be in flight, waited for when it is first used. Forward needed **one**
+# all-reduce (the partial sums of the second layer); backward needed one more, because the gradient with respect
+# to the replicated input is again a sum of the two ranks' partial gradients (the input requires grad here, as it
+# would coming from earlier layers). In a transformer block the same pair (attention's or the MLP's two
+# projections) costs one all-reduce forward and one backward, in every block — which is why tensor parallelism
+# stays inside a machine.
+
+# %% [markdown]
+# ## 5. `torch.compile` with DDP: graphs cut at bucket boundaries
+#
+# DDP overlaps communication with backward: gradients are grouped into **buckets** (桶; `bucket_cap_mb`: 25 MiB by
+# default, with a first bucket of 1 MiB; a `bucket_cap_mb` you set applies to all buckets), and as soon as the autograd engine has produced every gradient of
+# a bucket, a hook starts its all-reduce while backward continues. A compiled model breaks this: `torch.compile`
+# turns the forward into one graph, and AOTAutograd's backward of it is one opaque autograd node that produces
+# **all** gradients at once — no all-reduce could start before the whole backward is done.
+#
+# **DDPOptimizer** (`torch/_dynamo/backends/distributed.py`) fixes that. When Dynamo compiles a module inside a
+# DDP forward, it walks the traced graph in reverse (the order gradients become ready), adds up parameter sizes
+# up to DDP's `bucket_bytes_cap`, cuts the graph there, and compiles each piece separately: each piece's
+# backward is its own autograd node, and the bucket's all-reduce can start when it finishes. It is on by
+# default (`torch._dynamo.config.optimize_ddp = True`, i.e. `"ddp_optimizer"`).
+#
+# The script wraps four `Linear(512, 512)` layers (1 MiB of weights each) in DDP with `bucket_cap_mb=1`, compiles
+# with a backend that only records the graphs it is given (nothing is generated, so it is fast on a CPU), once
+# with the default and once with `optimize_ddp = False`, and checks the gradients against eager DDP.
+
+# %%
+# %%writefile runs/compiled_ddp.py
+"""Notebook 09, section 5: torch.compile of a DDP model; DDPOptimizer splits the graph at bucket boundaries."""
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from utils.ddp.common import distributed, report, save_result
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+
+
+class Deep(nn.Module):  # a module of our own: Dynamo does not trace into torch.nn's Sequential as a whole frame
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def grads_after_one_step(optimize_ddp, graphs: list | None, bucket_cap_mb=1.0):
+    torch._dynamo.reset()
+    torch._dynamo.config.optimize_ddp = optimize_ddp
+    torch.manual_seed(0)
+    model = DDP(Deep().to(info.device), bucket_cap_mb=bucket_cap_mb)
+
+    def recording_backend(gm: torch.fx.GraphModule, example_inputs):
+        graphs.append(sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is torch._C._nn.linear))
+        return gm.forward  # run the captured graph as it is
+
+    run = torch.compile(model, backend=recording_backend) if graphs is not None else model
+    x = torch.randn(2, 512, generator=torch.Generator().manual_seed(info.rank)).to(info.device)
+    run(x).sum().backward()
+    return [p.grad for p in model.parameters()]
+
+
+with distributed() as info:
+    eager = grads_after_one_step(True, None)
+    for mode in (True, False):
+        graphs = []
+        compiled = grads_after_one_step(mode, graphs)
+        for a, b in zip(compiled, eager):
+            torch.testing.assert_close(a, b)
+        report(f"optimize_ddp={mode}: {len(graphs)} graph(s), Linear layers in each: {graphs}; gradients = eager DDP")
+    try:  # DDPOptimizer assumes DDP's default first bucket (1 MiB) is not larger than the others
+        grads_after_one_step(True, [], bucket_cap_mb=0.25)
+    except AssertionError as err:
+        report(f"bucket_cap_mb=0.25: {type(err).__name__}: {err}")
+    save_result(args.out, {"done": True})
+
+# %%
+comp = run_torchrun("runs/compiled_ddp.py", nproc=2, args=["--out", WORK / "compiled"])
+launch_seconds["compiled_ddp"] = comp.wall_s
+comp.print_ranks()
+for r in (0, 1):
+    assert comp.by_rank()[r] == ["optimize_ddp=True: 4 graph(s), Linear layers in each: [1, 1, 1, 1]; gradients = eager DDP",
+                                 "optimize_ddp=False: 1 graph(s), Linear layers in each: [4]; gradients = eager DDP",
+                                 "bucket_cap_mb=0.25: AssertionError: First bucket should be smaller/equal to other "
+                                 "buckets to get comms warmed up ASAP"]
+
+# %% [markdown]
+# One graph per bucket with DDPOptimizer, one graph for the whole model without it; the gradients are the same
+# either way (the all-reduce is still DDP's), only *when* communication may start differs. With the real
+# backend (`torch.compile(model)`, Inductor) each piece becomes its own compiled kernel set; the cut also limits
+# how much Inductor can fuse across bucket boundaries, the price of overlap.
+# DDPOptimizer always assumes DDP's default first bucket of 1 MiB, so a compiled DDP model with `bucket_cap_mb`
+# below 1 fails at its first call with the assertion above (seen here in PyTorch 2.14.1).
+#
+# **FSDP2 and compile.** FSDP2's all-gathers and reduce-scatters run in hooks around each `fully_shard`ed module,
+# so the recommended pattern is to compile each block and shard it, leaving the communication between compiled
+# regions (GPU code, not run here):
+#
+# ```python
+# for block in model.layers:               # e.g. transformer blocks
+#     block.compile()                      # torch.compile in place, one graph per block
+#     fully_shard(block, mesh=mesh)
+# fully_shard(model, mesh=mesh)
+# ```
+
+# %% [markdown]
+# ## 6. Nothing left behind
+
+# %%
+print("processes still alive from this notebook's launches:", leftover_processes())
+assert leftover_processes() == []
+work.cleanup()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for name, seconds in launch_seconds.items():
+    print(f"{name:16} {seconds:5.1f} s")
+assert len(launch_seconds) == 3 and all(0 < s < 120 for s in launch_seconds.values())
+
+# %% [markdown]
+# ## Summary
+#
+# * **ZeRO** removes DDP's N copies: stage 1 shards the optimizer states, stage 2 also the gradients, stage 3
+#   also the parameters (16Ψ → 16Ψ/N bytes per rank with float32 Adam). **FSDP2** (`fully_shard`) is PyTorch's
+#   ZeRO-3: parameters become `DTensor`s with `Shard(0)` placement on a `DeviceMesh`; each unit is all-gathered
+#   before its forward and again before its backward, and gradients are reduce-scattered (4 all-gathers and 2
+#   reduce-scatters per step for 2 units, counted). It runs on the CPU with gloo in PyTorch 2.14 and equals one
+#   process on the whole batch.
+# * **Distributed checkpoints** (`torch.distributed.checkpoint`): `get_state_dict` + `dcp.save` let every rank
+#   write its shards in parallel (`__0_0.distcp`, `__1_0.distcp`) with a `.metadata` file that maps chunks to
+#   files; `dcp.load` (in place) reads them into any sharding — here one process without a process group — and
+#   `dcp_to_torch_save` makes one ordinary file.
+# * A padded `DistributedSampler` repeats samples: evaluation metrics averaged over ranks are **biased** (0.5
+#   instead of 0.4 above). Shard without padding and all-reduce counts; `drop_last=True` skips samples instead.
+# * Split the **model** when a layer or its activations do not fit: tensor parallelism (`parallelize_module`,
+#   `ColwiseParallel` + `RowwiseParallel`: one all-reduce per pair) and pipeline parallelism
+#   (`torch.distributed.pipelining`). DDP wraps a multi-device model like the notes' `ToyMpModel` with
+#   `device_ids=None`.
+# * `torch.compile` + DDP: **DDPOptimizer** cuts the graph at bucket boundaries so all-reduces overlap backward
+#   (4 graphs instead of 1 above); with FSDP2, compile each block before sharding it.
