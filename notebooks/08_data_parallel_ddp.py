@@ -6,24 +6,25 @@
 #
 # 1. `nn.DataParallel`: the notes' `RandomDataset`/`Model` demo, `model.module`, the `module.` prefix, and why
 #    PyTorch recommends DDP instead;
-# 2. process groups, ranks and world size; `torchrun` and the environment it gives each process; `mp.spawn` and
-#    the process-group `timeout`; the notes' `torch.distributed.launch` as history;
+# 2. process groups, ranks and world size, on a job of two "machines" × two processes; `torchrun` and the
+#    environment it gives each process; `mp.spawn` and the process-group `timeout`; the notes'
+#    `torch.distributed.launch` as history;
 # 3. a complete DistributedDataParallel (分布式数据并行, DDP) program written in this notebook: proved to equal
 #    one process with a batch twice as big; what DDP sends besides gradients (parameters once, BatchNorm buffers
 #    every forward); gradient accumulation with `no_sync()`, with the all-reduces counted; `DistributedSampler`
 #    and `set_epoch`; a checkpoint written by rank 0 and loaded everywhere with `map_location`;
 # 4. synchronised BatchNorm (同步批归一化) written by hand with **one** `all_reduce`, and the ring all-reduce
 #    written with `send`/`recv`, with the notes' communication counts (naive vs ring) *measured*;
-# 5. a two-"machine" job, fault tolerance with `--max_restarts` and a resume that continues every rank's random
-#    stream, the linear learning-rate scaling rule with warm-up, and CUDA streams.
+# 5. fault tolerance with `--max_restarts` and a resume that continues every rank's random stream, the linear
+#    learning-rate scaling rule with warm-up, and CUDA streams.
 #
 # **Before this notebook.** A training loop with an optimizer (notebooks 02–05) and saving/loading a
 # `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
 # processes on the CPU.
 #
-# **Study time:** about 75 min. **Run time:** 180 s on the 2-core course machine (measured by `make execute`).
-# Almost all of it is starting processes: six launches start 18 processes (20 with the restart of section 7)
-# that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
+# **Study time:** about 75 min. **Run time:** 130 s on the 2-core course machine (measured by `make execute`).
+# Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
+# included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
 # **On a GPU.** The programs choose the NCCL backend and the device `cuda:LOCAL_RANK` when the machine has a
 # GPU for every process of the node, and gloo on the CPU otherwise (so a 1-GPU machine runs the 2-process
@@ -246,23 +247,40 @@ if device.type == "cpu":
 # | `GROUP_RANK` | index of this node (`--node_rank`) |
 # | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous store runs (node 0) |
 #
-# `--standalone` means "a single node: pick a free port yourself". The backend is **gloo** on CPUs and
-# **NCCL** on NVIDIA GPUs. The repository's smallest program, `utils/ddp/hello.py`, reports its variables and
-# runs three collectives: `all_reduce` (全规约: every rank ends with the sum), `all_gather` (every rank ends
-# with everybody's value) and `broadcast` (rank 0's value is copied to everyone). It joins and leaves the
-# process group through `utils.ddp.common.distributed()`, a context manager that calls
-# `destroy_process_group()` however the block ends.
+# `--standalone` means "a single node: pick a free port yourself". On a cluster you start one `torchrun` per
+# machine with the same `--nnodes`, `--nproc_per_node`, `--master_addr` (machine 0's address) and
+# `--master_port`, and a different `--node_rank`. Machine 0 hosts the rendezvous store; the others connect to it.
+# (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-id=JOB` is the elastic alternative, which assigns node
+# ranks itself.) The backend is **gloo** on CPUs and **NCCL** on NVIDIA GPUs.
+#
+# The repository's smallest program, `utils/ddp/hello.py`, reports its variables and runs three collectives:
+# `all_reduce` (全规约: every rank ends with the sum), `all_gather` (every rank ends with everybody's value) and
+# `broadcast` (rank 0's value is copied to everyone). It joins and leaves the process group through
+# `utils.ddp.common.distributed()`, a context manager that calls `destroy_process_group()` however the block
+# ends. It runs here as a job of **2 "machines" × 2 processes**: two `torchrun` agents, both on this computer
+# (127.0.0.1), with `--device cpu`, because two "machines" on one computer would both take `cuda:0` and `cuda:1`.
 
 # %%
-hello = run_torchrun("utils.ddp.hello", nproc=2, args=["--out", WORK / "hello"])
-launch_seconds["hello (2 workers)"] = hello.wall_s
-print("$", shell(hello)[0])
+hello = run_torchrun_nodes("utils.ddp.hello", nnodes=2, nproc_per_node=2, args=["--device", "cpu", "--out", WORK / "hello"])
+launch_seconds["hello, 2 nodes x 2 workers"] = hello.wall_s
+for line in shell(hello):
+    print("$", line)
 hello.print_ranks()
 res = load_rank_results(WORK / "hello")
 for rank, r in res.items():
-    assert int(r["env"]["RANK"]) == rank and int(r["env"]["WORLD_SIZE"]) == 2
-    assert r["sum"] == 1 + 2 and r["gathered"] == [0, 1] and r["token"] == 42 and r["destroyed"]
-assert res[0]["env"]["MASTER_PORT"] == res[1]["env"]["MASTER_PORT"]  # both found the same store
+    env = {k: v if k in ("MASTER_ADDR", "MASTER_PORT") else int(v) for k, v in r["env"].items()}
+    assert env["RANK"] == rank == env["GROUP_RANK"] * env["LOCAL_WORLD_SIZE"] + env["LOCAL_RANK"]
+    assert env["WORLD_SIZE"] == 4 and env["LOCAL_WORLD_SIZE"] == 2 and env["MASTER_ADDR"] == "127.0.0.1"
+    assert r["sum"] == 1 + 2 + 3 + 4 and r["gathered"] == [0, 1, 2, 3] and r["token"] == 42 and r["destroyed"]
+port = int(res[0]["env"]["MASTER_PORT"])
+print("rendezvous port released after the job:", port_is_free(port))
+assert port_is_free(port)
+
+# %% [markdown]
+# Two machines, four processes: the world size is **4**, the ranks are 0–3, each machine's processes have local
+# ranks 0 and 1, and the machine's own index is `GROUP_RANK`. The global rank is
+# `GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK`; local ranks repeat across machines, so decide who writes files
+# with `RANK == 0`, not `LOCAL_RANK == 0`.
 
 # %% [markdown]
 # **A device string names one device.** The notes (004) write `model.cuda('cuda:1,2')` and
@@ -523,10 +541,10 @@ def no_sync_demo(ddp, module, x, y, k, device):
 #    everybody wait until it exists, then **every rank** loads it with `torch.load(..., map_location=device)`,
 #    so that each process maps the tensors onto its *own* device (without `map_location`, tensors saved from
 #    `cuda:0` would all land on GPU 0). The checkpoint also holds **every rank's RNG state**, gathered with
-#    `all_gather_object` (section 7 uses it);
+#    `all_gather_object` (section 6 uses it);
 # 5. `destroy_process_group()` at the end, in a `finally:` so that it also runs after an error.
 #
-# `--crash-at-step` makes the last rank die in the middle of training on the first attempt; section 7 uses it.
+# `--crash-at-step` makes the last rank die in the middle of training on the first attempt; section 6 uses it.
 
 # %%
 # %%writefile -a runs/ddp_train.py
@@ -1251,35 +1269,7 @@ plt.show()
 
 
 # %% [markdown]
-# ## 6. Several machines: two `torchrun` agents forming one job
-#
-# On a cluster you start one `torchrun` per machine with the same `--nnodes`, `--nproc_per_node`,
-# `--master_addr` (machine 0's address) and `--master_port`, and a different `--node_rank`. Machine 0 hosts the
-# rendezvous store; the others connect to it. (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-id=JOB`
-# is the elastic alternative, which assigns node ranks itself.) Here both "machines" are this one, at
-# 127.0.0.1, with one worker each, and run with `--device cpu`: two processes on the same node must not both
-# take `cuda:0`, which they would since each is `LOCAL_RANK` 0 of its "node".
-#
-# The global rank is `GROUP_RANK × nproc_per_node + LOCAL_RANK`: both workers have `LOCAL_RANK=0`, so
-# `LOCAL_RANK` is not unique across machines (use `RANK == 0` to decide who writes files).
-
-# %%
-nodes = run_torchrun_nodes("utils.ddp.hello", nnodes=2, nproc_per_node=1, args=["--device", "cpu", "--out", WORK / "nodes"])
-launch_seconds["2 nodes x 1 worker"] = nodes.wall_s
-for line in shell(nodes):
-    print("$", line)
-nodes.print_ranks()
-nres = load_rank_results(WORK / "nodes")
-for rank, r in nres.items():
-    env = r["env"]
-    assert int(env["RANK"]) == int(env["GROUP_RANK"]) * 1 + int(env["LOCAL_RANK"]) == rank
-    assert env["LOCAL_RANK"] == "0" and env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
-port = int(nres[0]["env"]["MASTER_PORT"])
-print("rendezvous port released after the job:", port_is_free(port))
-assert port_is_free(port)
-
-# %% [markdown]
-# ## 7. Fault tolerance: a worker crashes, torchrun restarts the job, training resumes
+# ## 6. Fault tolerance: a worker crashes, torchrun restarts the job, training resumes
 #
 # DDP itself cannot survive a failed process: the others would wait in their next `all_reduce` (until the
 # process-group timeout of section 2, or until gloo notices the closed connection). TorchElastic, inside
@@ -1332,7 +1322,7 @@ assert resumed_steps == list(range(4, 12)) and not torch.equal(cres[0]["noise"][
 
 
 # %% [markdown]
-# ## 8. Bigger global batch, bigger learning rate: linear scaling with warm-up
+# ## 7. Bigger global batch, bigger learning rate: linear scaling with warm-up
 #
 # With N processes and batch B each, one step sees N·B samples, and an epoch has N times fewer steps. The
 # notes' rule (Goyal et al., *Training ImageNet in 1 Hour*): multiply the learning rate by the same factor,
@@ -1378,7 +1368,7 @@ plt.show()
 
 
 # %% [markdown]
-# ## 9. CUDA streams: ordering work on one GPU
+# ## 8. CUDA streams: ordering work on one GPU
 #
 # DDP overlaps the gradient all-reduce with the backward pass by running NCCL on its own CUDA **stream** (流):
 # a queue of GPU work that runs in order, while work in *different* streams may run at the same time. Every GPU
@@ -1443,13 +1433,13 @@ else:
     assert device.type != "cuda"
 
 # %% [markdown]
-# ## 10. Nothing left behind
+# ## 9. Nothing left behind
 #
 # Every program destroyed its process group (`destroy_process_group()` in a `finally:` block, or through
 # `utils.ddp.common.distributed()`; hello printed "process group destroyed: True"), and every process of every
 # launch has exited: the launcher marks its processes with an id in their environment, and
 # `leftover_processes()` looks for any that are still alive. The rendezvous port of the two-node job was
-# released (checked in section 6).
+# released (checked in section 2).
 
 # %%
 print("processes still alive from this notebook's launches:", leftover_processes())
@@ -1464,7 +1454,7 @@ work.cleanup()
 # NBVAL_IGNORE_OUTPUT
 for name, seconds in launch_seconds.items():
     print(f"{name:32} {seconds:5.1f} s")
-assert len(launch_seconds) == 6 and all(0 < s < 120 for s in launch_seconds.values())
+assert len(launch_seconds) == 5 and all(0 < s < 120 for s in launch_seconds.values())
 
 # %% [markdown]
 # ## Summary
