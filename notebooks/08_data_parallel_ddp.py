@@ -15,14 +15,14 @@
 #    and `set_epoch`; a checkpoint written by rank 0 and loaded everywhere with `map_location`;
 # 4. synchronised BatchNorm (同步批归一化) written by hand with **one** `all_reduce`, and the ring all-reduce
 #    written with `send`/`recv`, with the notes' communication counts (naive vs ring) *measured*;
-# 5. fault tolerance with `--max_restarts` and a resume that continues every rank's random stream, the linear
+# 5. fault tolerance (容错) with `--max_restarts` and a resume that continues every rank's random stream, the linear
 #    learning-rate scaling rule with warm-up, and CUDA streams.
 #
 # **Before this notebook.** A training loop with an optimizer (notebooks 02–05) and saving/loading a
 # `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
 # processes on the CPU.
 #
-# **Study time:** about 75 min. **Run time:** 130 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 75 min. **Run time:** 120 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -213,8 +214,9 @@ if device.type == "cpu":
 #   BatchNorm's running mean and variance, overwrite everybody else's. The notes (002) say that only gradients
 #   travel; that is not PyTorch's default. (The argument was called `broadcast_buffers` until PyTorch 2.13,
 #   which deprecated it; section 3 shows its warning.)
-# * **gradients, during every backward**: DDP groups the parameters into *buckets* (about 25 MiB each,
-#   `bucket_cap_mb`; the first one smaller) in roughly the reverse order of `model.parameters()`. As soon as
+# * **gradients, during every backward**: DDP groups the parameters into *buckets* (桶, about 25 MiB each,
+#   `bucket_cap_mb`; the first one smaller) in roughly the reverse order of `model.parameters()` (from the
+#   second iteration on, in the order the gradients actually became ready in the first). As soon as
 #   every gradient of a bucket is computed, an asynchronous `all_reduce` of that bucket starts while autograd
 #   keeps computing the gradients of earlier layers — communication overlaps with the backward pass. The sum
 #   is divided by the world size, so each process ends `backward()` with the same **average** gradient, and the
@@ -231,7 +233,7 @@ if device.type == "cpu":
 #   multi-machine training"; with 2 machines of 8 GPUs and one process per GPU the world size is 16, not 2.
 # * **rank** (秩): the global index of a process, 0 .. world size − 1. The notes say "the machine number"; that is
 #   the *node rank* (`--node_rank`, `GROUP_RANK`). Rank 0 usually logs and saves.
-# * **local rank**: the index of the process on its own machine (node), 0 .. processes per node − 1; with one
+# * **local rank** (本地秩): the index of the process on its own machine (node), 0 .. processes per node − 1; with one
 #   process per GPU, it is the GPU index `cuda:LOCAL_RANK`. (The notes: "the GPU number within a process".
 #   A DDP process uses one GPU.)
 #
@@ -245,7 +247,7 @@ if device.type == "cpu":
 # | `WORLD_SIZE` | number of processes in the whole job (all nodes) |
 # | `LOCAL_WORLD_SIZE` | processes on this node (`--nproc_per_node`) |
 # | `GROUP_RANK` | index of this node (`--node_rank`) |
-# | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous store runs (node 0) |
+# | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous (会合) store runs (node 0) |
 #
 # `--standalone` means "a single node: pick a free port yourself". On a cluster you start one `torchrun` per
 # machine with the same `--nnodes`, `--nproc_per_node`, `--master_addr` (machine 0's address) and
@@ -330,10 +332,11 @@ assert legacy.use_env is False and legacy.training_script_args == ["--lr", "0.2"
 # (In a script run with `python train.py` it works, because the child re-runs the script's top level under the
 # name `__mp_main__` — which is also why such scripts need `if __name__ == "__main__":`.)
 #
-# The worker also shows `init_process_group(..., timeout=...)`: how long a collective (or `barrier`) waits
+# The worker also shows `init_process_group(..., timeout=...)` (超时): how long a collective (or `barrier`) waits
 # for the other ranks before it fails, instead of hanging for ever. Rank 1 never enters the barrier; rank 0's
 # barrier raises after 2 s. The defaults in PyTorch 2.14 (`torch.distributed.constants`) are **30 minutes**
-# for gloo and other backends and **10 minutes** for NCCL, whose watchdog then aborts the process.
+# for gloo and other backends and **10 minutes** for NCCL (`None` in a PyTorch built without NCCL), whose
+# watchdog then aborts the process rather than letting it continue after a failed GPU collective.
 
 # %%
 def notebook_worker(rank):
@@ -383,6 +386,10 @@ launch_seconds["mp.spawn (2 processes)"] = time.perf_counter() - start
 waited, message = (WORK / "spawn" / "rank0.txt").read_text().split("\n", 1)
 print(f"rank 0's barrier gave up after {float(waited):.0f} s: {message}")
 assert 2.0 <= float(waited) < 30 and "Timed out" in message
+from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout  # noqa: E402
+
+print("default timeout: gloo and others", default_pg_timeout)
+assert default_pg_timeout == timedelta(minutes=30) and default_pg_nccl_timeout in (timedelta(minutes=10), None)
 
 # %% [markdown]
 # ## 3. A DDP program, written here and run by `torchrun`
@@ -480,7 +487,7 @@ def buffers_demo(device, rank):
 # micro-batch's normal backward all-reduces the accumulated sum once. DDP decides whether a backward will
 # synchronise **during the forward** (its forward prepares the reducer), so the forward must be inside
 # `no_sync()` too. The piece below tries three ways on 16 samples (8 per rank, k = 4 micro-batches of 2),
-# counts the all-reduces with a **communication hook** (`register_comm_hook`: DDP calls it for every bucket
+# counts the all-reduces with a **communication hook** (通信钩子, `register_comm_hook`: DDP calls it for every bucket
 # whose gradients are ready and uses the future it returns; this one counts, then does what DDP does by
 # default through `default_hooks.allreduce_hook`), and keeps the gradients to compare with one process
 # computing the whole batch of 16.
@@ -1293,7 +1300,7 @@ plt.show()
 # the launcher sets it whenever `--max_restarts` is used.
 
 # %%
-crash = run_torchrun(RUNS / "ddp_train.py", nproc=2, max_restarts=1,
+crash = run_torchrun(RUNS / "ddp_train.py", nproc=2, max_restarts=1, timeout=300,
                      args=["--ckpt", WORK / "ckpt_crash.pt", "--out", WORK / "crash", "--crash-at-step", "6"])
 launch_seconds["ddp_train, crash + restart"] = crash.wall_s
 print("$", shell(crash)[0])
