@@ -22,7 +22,7 @@
 # `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
 # processes on the CPU.
 #
-# **Study time:** about 75 min. **Run time:** 120 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 75 min. **Run time:** 160 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
@@ -580,7 +580,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     try:
-        if attempt == 0:
+        if attempt == 0:  # the demos of the two cells above, on the first attempt only
             seen = buffers_demo(device, rank)
         torch.manual_seed(args.seed + rank)  # every rank its own random stream (noise, init)
         x, y = make_data(64, args.seed)
@@ -589,7 +589,7 @@ def main():
         ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
         after = same_everywhere(model)  # ... until DDP's constructor broadcast rank 0's
         report(f"attempt {attempt}: parameters equal on all ranks before DDP() {before}, after DDP() {after}")
-        if attempt == 0:
+        if attempt == 0:  # registers the counting hook, which then also counts the training's all-reduces
             acc, calls = no_sync_demo(ddp, model, x[:16].to(device), y[:16].to(device), k=4, device=device)
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
         dataset = TensorDataset(x, y)
