@@ -6,29 +6,30 @@
 #
 # 1. `nn.DataParallel`: the notes' `RandomDataset`/`Model` demo, `model.module`, the `module.` prefix, and why
 #    PyTorch recommends DDP instead;
-# 2. `torchrun`: the launcher, the environment variables it gives each process (`RANK`, `LOCAL_RANK`,
-#    `WORLD_SIZE`, ...), and the notes' `torch.distributed.launch` as history;
-# 3. `DistributedDataParallel` (DDP) on 2 processes, proved to equal one process with a batch twice as big;
-#    `DistributedSampler` and `set_epoch`; a checkpoint written by rank 0 and loaded everywhere with `map_location`;
-# 4. synchronised BatchNorm (同步BN) written by hand with **one** `all_reduce`, checked against BatchNorm over
-#    the whole batch (forward and backward);
-# 5. the ring all-reduce (环形 all-reduce) written with `send`/`recv`, and the notes' communication counts
-#    (naive vs ring) *measured*;
-# 6. a two-"machine" job (two `torchrun` agents), fault tolerance with `--max_restarts` (TorchElastic), and the
-#    linear learning-rate scaling rule with warm-up.
+# 2. process groups, ranks and world size, on a job of two "machines" × two processes; `torchrun` and the
+#    environment it gives each process; `mp.spawn` and the process-group `timeout`; the notes'
+#    `torch.distributed.launch` as history;
+# 3. a complete DistributedDataParallel (分布式数据并行, DDP) program written in this notebook: proved to equal
+#    one process with a batch twice as big; what DDP sends besides gradients (parameters once, BatchNorm buffers
+#    every forward); gradient accumulation with `no_sync()`, with the all-reduces counted; `DistributedSampler`
+#    and `set_epoch`; a checkpoint written by rank 0 and loaded everywhere with `map_location`;
+# 4. synchronised BatchNorm (同步批归一化) written by hand with **one** `all_reduce`, and the ring all-reduce
+#    written with `send`/`recv`, with the notes' communication counts (naive vs ring) *measured*;
+# 5. fault tolerance (容错) with `--max_restarts` and a resume that continues every rank's random stream, the linear
+#    learning-rate scaling rule with warm-up, and CUDA streams.
 #
 # **Before this notebook.** A training loop with an optimizer (notebooks 02–05) and saving/loading a
-# `state_dict` (notebook 06). No GPU is needed: every distributed program here runs as real processes on the CPU.
+# `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
+# processes on the CPU.
 #
-# **Study time:** about 60 min. **Run time:** 80 s on the 2-core course machine (measured by `make execute`;
-# about 100 s of CPU time). Almost all of it is starting
-# processes: the six launches run seven `torchrun` agents and 14 workers (16 with the restart of section 7), and
-# each of them imports PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
+# **Study time:** about 75 min. **Run time:** 160 s on the 2-core course machine (measured by `make execute`).
+# Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
+# included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
-# **On a GPU.** The scripts choose the NCCL backend and the device `cuda:LOCAL_RANK` when the machine has a
+# **On a GPU.** The programs choose the NCCL backend and the device `cuda:LOCAL_RANK` when the machine has a
 # GPU for every process of the node, and gloo on the CPU otherwise (so a 1-GPU machine runs the 2-process
-# demos on the CPU). `DataParallel` splits batches over all visible GPUs, and the SyncBatchNorm script also runs
-# PyTorch's `nn.SyncBatchNorm`, which works only on GPUs. The stored outputs were made on the CPU.
+# demos on the CPU). `DataParallel` splits batches over all visible GPUs. The stored outputs were made on the
+# CPU.
 
 # %% [markdown]
 # ## Setup
@@ -38,38 +39,56 @@
 # are renumbered 0, 1, ... inside the process, and it must be set before PyTorch first touches CUDA. The stored
 # outputs were made with it set to `""`: no GPU at all.
 #
-# The distributed programs live in the repository as modules (`utils/ddp/*.py`), because worker processes
-# cannot import functions defined in a notebook. `utils.launch.run_torchrun` runs them the way you would in a
-# shell (`torchrun --standalone --nproc_per_node=2 -m utils.ddp.hello`), captures what they print, and
-# returns their `[rank N]` lines sorted by rank. Results that need checking (parameters, gradients) come back
-# as files that each rank writes (`--out DIR`), read with `load_rank_results`.
+# The distributed programs of this notebook are written by its cells with `%%writefile` into `notebooks/runs/`
+# (a folder git ignores), because worker processes are separate Python interpreters: they can run a file or
+# import a module, but cannot see functions defined in a notebook. `utils.launch.run_torchrun` runs a program
+# the way you would in a shell (`torchrun --standalone --nproc_per_node=2 runs/ddp_train.py`), captures what it
+# prints, and returns its `[rank N]` lines sorted by rank. Results that need checking (parameters, gradients)
+# come back as files that each rank writes (`--out DIR`), read with `load_rank_results`. The next cell is the
+# plumbing; every line says why it is there.
 
 # %%
 import math
 import os
+import pickle
+import sys
 import tempfile
+import time
+import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from utils import get_device, seed_everything
-from utils.launch import leftover_processes, load_rank_results, port_is_free, run_torchrun, run_torchrun_nodes
+from utils import NOTEBOOKS_DIR, REPO_ROOT, get_device, relpath, seed_everything
+from utils.launch import free_port, leftover_processes, load_rank_results, port_is_free, run_torchrun, run_torchrun_nodes
 
-seed_everything(0)
-device = get_device()
+assert Path.cwd() == NOTEBOOKS_DIR  # the %%writefile cells below write to runs/, relative to this folder
+RUNS = NOTEBOOKS_DIR / "runs"  # ignored by git: the programs this notebook writes
+RUNS.mkdir(exist_ok=True)
+sys.path.insert(0, str(RUNS))  # so this kernel, and processes started by mp.spawn, can import them by name
 work = tempfile.TemporaryDirectory()  # checkpoints and result files of this notebook's launches
 WORK = Path(work.name)
 launch_seconds = {}  # wall-clock time of every launch, shown at the end
+seed_everything(0)
+device = get_device()
 print("device:", device.type, "| CUDA_VISIBLE_DEVICES =", repr(os.environ.get("CUDA_VISIBLE_DEVICES")),
-      "| visible GPUs:", torch.cuda.device_count())
+      "| visible GPUs:", torch.cuda.device_count(), "| programs written to", relpath(RUNS))
 print("backends available: gloo", dist.is_gloo_available(), "| nccl", dist.is_nccl_available())
+
+
+def shell(result) -> list[str]:
+    """The launch's command lines as typed in a shell, with repository-relative paths."""
+    return [line.replace(str(WORK), "$WORK").replace(str(REPO_ROOT) + "/", "") for line in result.shell_lines()]
+
 
 # %% [markdown]
 # ## 1. `nn.DataParallel`: one process, many GPUs
@@ -184,55 +203,112 @@ if device.type == "cpu":
 # * It **replicates the model on every forward pass** (parameters are broadcast from GPU 0 every step), and
 #   scatters inputs and gathers outputs through GPU 0, which therefore needs more memory and does more work
 #   (the notes: low GPU utilisation, communication as the bottleneck).
-# * It works on one machine only and does not combine with model parallelism.
+# * It works on one machine only.
 #
-# DistributedDataParallel runs **one process per GPU**. Each process has its own model copy, made equal once
-# (DDP's constructor broadcasts rank 0's parameters), reads its own share of the data, and during `backward()`
-# the gradients are averaged across processes with `all_reduce`, bucket by bucket, overlapping with the rest of
-# the backward pass. After `backward()` every process holds the same averaged gradient, so the same optimizer
-# step keeps the copies equal. Nothing but gradients travels each step.
+# DistributedDataParallel runs **one process per GPU**. Each process has its own model copy and reads its own
+# share of the data. Three things travel between the processes, and section 3 shows each of them:
+#
+# * **parameters, once**: DDP's constructor broadcasts rank 0's parameters *and buffers* to every rank, so all
+#   copies start equal;
+# * **buffers, before every forward** (by default, `forward_sync_buffers=True`): rank 0's buffers, such as
+#   BatchNorm's running mean and variance, overwrite everybody else's. The notes (002) say that only gradients
+#   travel; that is not PyTorch's default. (The argument was called `broadcast_buffers` until PyTorch 2.13,
+#   which deprecated it; section 3 shows its warning.)
+# * **gradients, during every backward**: DDP groups the parameters into *buckets* (桶, about 25 MiB each,
+#   `bucket_cap_mb`; the first one smaller) in roughly the reverse order of `model.parameters()` (from the
+#   second iteration on, in the order the gradients actually became ready in the first). As soon as
+#   every gradient of a bucket is computed, an asynchronous `all_reduce` of that bucket starts while autograd
+#   keeps computing the gradients of earlier layers — communication overlaps with the backward pass. The sum
+#   is divided by the world size, so each process ends `backward()` with the same **average** gradient, and the
+#   same optimizer step keeps the copies equal.
 
 # %% [markdown]
-# ## 2. Launching processes: `torchrun` (and `torch.distributed.launch`)
+# ## 2. Processes, ranks, and how to start them
 #
-# A DDP program is one script started N times. `torchrun` (the command-line name of
-# `python -m torch.distributed.run`, built on TorchElastic) starts the N worker processes on a machine ("node")
-# and gives each the environment variables that `dist.init_process_group()` reads:
+# A DDP program is one script started N times, as N processes. They form a **process group** (进程组): the set
+# of processes that take part in collective communication (集合通信). Its vocabulary, which the notes (004) get
+# wrong in two places:
+#
+# * **world size** (世界大小): the number of *processes* in the job. The notes say "the number of machines for
+#   multi-machine training"; with 2 machines of 8 GPUs and one process per GPU the world size is 16, not 2.
+# * **rank** (秩): the global index of a process, 0 .. world size − 1. The notes say "the machine number"; that is
+#   the *node rank* (`--node_rank`, `GROUP_RANK`). Rank 0 usually logs and saves.
+# * **local rank** (本地秩): the index of the process on its own machine (node), 0 .. processes per node − 1; with one
+#   process per GPU, it is the GPU index `cuda:LOCAL_RANK`. (The notes: "the GPU number within a process".
+#   A DDP process uses one GPU.)
+#
+# `torchrun` (the command-line name of `python -m torch.distributed.run`, built on TorchElastic) starts the
+# worker processes on a node and gives each the environment variables that `dist.init_process_group()` reads:
 #
 # | variable | meaning |
 # |---|---|
-# | `RANK` | global index of the process, 0 .. `WORLD_SIZE`-1 (rank 0 usually logs and saves) |
+# | `RANK` | global index of the process, 0 .. `WORLD_SIZE`-1 |
 # | `LOCAL_RANK` | index on this node: the GPU to use, `cuda:LOCAL_RANK` |
 # | `WORLD_SIZE` | number of processes in the whole job (all nodes) |
 # | `LOCAL_WORLD_SIZE` | processes on this node (`--nproc_per_node`) |
 # | `GROUP_RANK` | index of this node (`--node_rank`) |
-# | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous store runs (node 0) |
+# | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous (会合) store runs (node 0) |
 #
-# `--standalone` means "a single node: pick a free port yourself". The backend is **gloo** on CPUs and
-# **NCCL** on NVIDIA GPUs. The script `utils/ddp/hello.py` reports its variables and runs three collectives
-# (集合通信): `all_reduce` (every rank ends with the sum), `all_gather` (every rank ends with everybody's value)
-# and `broadcast` (rank 0's value is copied to everyone). It joins and leaves the process group through
-# `utils.ddp.common.distributed()`, a context manager that calls `destroy_process_group()` however the block ends.
+# `--standalone` means "a single node: pick a free port yourself". On a cluster you start one `torchrun` per
+# machine with the same `--nnodes`, `--nproc_per_node`, `--master_addr` (machine 0's address) and
+# `--master_port`, and a different `--node_rank`. Machine 0 hosts the rendezvous store; the others connect to it.
+# (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-id=JOB` is the elastic alternative, which assigns node
+# ranks itself.) The backend is **gloo** on CPUs and **NCCL** on NVIDIA GPUs.
+#
+# The repository's smallest program, `utils/ddp/hello.py`, reports its variables and runs three collectives:
+# `all_reduce` (全规约: every rank ends with the sum), `all_gather` (every rank ends with everybody's value) and
+# `broadcast` (rank 0's value is copied to everyone). It joins and leaves the process group through
+# `utils.ddp.common.distributed()`, a context manager that calls `destroy_process_group()` however the block
+# ends. It runs here as a job of **2 "machines" × 2 processes**: two `torchrun` agents, both on this computer
+# (127.0.0.1), with `--device cpu`, because two "machines" on one computer would both take `cuda:0` and `cuda:1`.
 
 # %%
-hello = run_torchrun("utils.ddp.hello", nproc=2, args=["--out", WORK / "hello"])
-launch_seconds["hello (2 workers)"] = hello.wall_s
-print("$", hello.shell_lines()[0].replace(str(WORK), "$WORK"))
+hello = run_torchrun_nodes("utils.ddp.hello", nnodes=2, nproc_per_node=2, args=["--device", "cpu", "--out", WORK / "hello"])
+launch_seconds["hello, 2 nodes x 2 workers"] = hello.wall_s
+for line in shell(hello):
+    print("$", line)
 hello.print_ranks()
 res = load_rank_results(WORK / "hello")
 for rank, r in res.items():
-    assert int(r["env"]["RANK"]) == rank and int(r["env"]["WORLD_SIZE"]) == 2
-    assert r["sum"] == 1 + 2 and r["gathered"] == [0, 1] and r["token"] == 42 and r["destroyed"]
-assert res[0]["env"]["MASTER_PORT"] == res[1]["env"]["MASTER_PORT"]  # both found the same store
+    env = {k: v if k in ("MASTER_ADDR", "MASTER_PORT") else int(v) for k, v in r["env"].items()}
+    assert env["RANK"] == rank == env["GROUP_RANK"] * env["LOCAL_WORLD_SIZE"] + env["LOCAL_RANK"]
+    assert env["WORLD_SIZE"] == 4 and env["LOCAL_WORLD_SIZE"] == 2 and env["MASTER_ADDR"] == "127.0.0.1"
+    assert r["sum"] == 1 + 2 + 3 + 4 and r["gathered"] == [0, 1, 2, 3] and r["token"] == 42 and r["destroyed"]
+port = int(res[0]["env"]["MASTER_PORT"])
+print("rendezvous port released after the job:", port_is_free(port))
+assert port_is_free(port)
 
 # %% [markdown]
-# **What the notes use instead.** The notes start workers with `python -m torch.distributed.launch
-# --nproc_per_node=8 ... train.py`, which passed `--local_rank=k` as a *command-line argument* (so every script
-# had to parse it), and with `mp.spawn(fn, nprocs=world_size)` plus hard-coded `MASTER_ADDR`/`MASTER_PORT`
-# (`'12355'`) inside the script. Since PyTorch 1.10, `torchrun` replaces `launch`: it sets `LOCAL_RANK` in the
-# environment, chooses ports, and can restart failed workers. `torch.distributed.launch` still exists as a thin
-# wrapper around `torchrun`'s code, but calling it emits a `FutureWarning`. (The notes' `setup()` with
-# `'localhost'` and a fixed port also fails as soon as two jobs share a machine.)
+# Two machines, four processes: the world size is **4**, the ranks are 0–3, each machine's processes have local
+# ranks 0 and 1, and the machine's own index is `GROUP_RANK`. The global rank is
+# `GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK`; local ranks repeat across machines, so decide who writes files
+# with `RANK == 0`, not `LOCAL_RANK == 0`.
+
+# %% [markdown]
+# **A device string names one device.** The notes (004) write `model.cuda('cuda:1,2')` and
+# `torch.cuda.set_device('cuda:1,2')` "to use several GPUs". There is no such device: the string is parsed
+# into one `torch.device`, and a list of indices is refused. A process chooses several GPUs only through
+# `CUDA_VISIBLE_DEVICES` (or `DataParallel(device_ids=[...])`); under DDP each process uses exactly one.
+
+# %%
+for text in ("cuda:1", "cuda:1,2"):
+    try:
+        d = torch.device(text)
+        print(f"torch.device({text!r}) -> type {d.type!r}, index {d.index}")
+    except RuntimeError as err:
+        print(f"torch.device({text!r}) -> {type(err).__name__}: {err}")
+with pytest.raises(RuntimeError, match="Invalid device string: 'cuda:1,2'"):
+    torch.device("cuda:1,2")
+
+# %% [markdown]
+# **What the notes use instead of `torchrun`.** The notes start workers with `python -m
+# torch.distributed.launch --nproc_per_node=8 ... train.py`, which passed `--local_rank=k` as a *command-line
+# argument* (so every script had to parse it), and with `mp.spawn(fn, nprocs=world_size)` plus hard-coded
+# `MASTER_ADDR`/`MASTER_PORT` (`'12355'`) inside the script. Since PyTorch 1.10, `torchrun` replaces `launch`:
+# it sets `LOCAL_RANK` in the environment, chooses ports, and can restart failed workers.
+# `torch.distributed.launch` still exists as a thin wrapper around `torchrun`'s code, but calling it emits a
+# `FutureWarning`. (The notes' `setup()` with `'localhost'` and a fixed port also fails as soon as two jobs
+# share a machine.)
 
 # %%
 import torch.distributed.launch as legacy_launch  # noqa: E402 - imported here to show its warning
@@ -247,56 +323,377 @@ print("legacy default: pass LOCAL_RANK in the environment?", legacy.use_env, "| 
 assert legacy.use_env is False and legacy.training_script_args == ["--lr", "0.2"]
 
 # %% [markdown]
-# ## 3. DDP on 2 processes equals one process with a batch twice as big
+# **`mp.spawn`, and the process group's `timeout`.** `torch.multiprocessing.spawn(fn, args, nprocs)` starts
+# `nprocs` fresh Python interpreters and calls `fn(i, *args)` in each, with `i` = 0 .. nprocs − 1. A fresh
+# interpreter receives `fn` *pickled*, and Python pickles a function **by name** (module + function name); the
+# new process imports that module to find it. A function defined in a notebook cell lives in the kernel's
+# `__main__`, which a spawned process does not have, so it fails with `AttributeError: Can't get attribute
+# 'worker' on <module '__main__' ...>`. The worker must live in a module: here one written by the next cell.
+# (In a script run with `python train.py` it works, because the child re-runs the script's top level under the
+# name `__mp_main__` — which is also why such scripts need `if __name__ == "__main__":`.)
 #
-# The script `utils/ddp/train.py` trains the notes' `ToyModel` (Linear 10→10, ReLU, Linear 10→5) with MSE loss
-# and SGD with momentum on 64 fixed samples, for 3 epochs, with **batch 8 per rank**. It reports, per rank:
-#
-# * the parameters were built from a different seed on each rank, and are equal right after
-#   `DDP(model)` — the constructor broadcasts rank 0's parameters (so the notes' advice to seed every process the
-#   same way is no longer needed for the initial weights);
-# * after each epoch, the checkpoint protocol of the notes: **rank 0** writes it (the copies are identical, one
-#   writer suffices; written to a temporary file and renamed with `os.replace`, so it is never half-written),
-#   `dist.barrier()` makes everybody wait until it exists, then **every rank** loads it with
-#   `torch.load(..., map_location=device)` so that each process maps the tensors onto its *own* device (without
-#   `map_location`, tensors saved from `cuda:0` would all land on GPU 0);
-# * the final parameters, equal on all ranks.
-#
-# Data: `DistributedSampler` gives each rank its own shard (分片) of the dataset, and `sampler.set_epoch(epoch)`
-# before each epoch changes the shuffle.
+# The worker also shows `init_process_group(..., timeout=...)` (超时): how long a collective (or `barrier`) waits
+# for the other ranks before it fails, instead of hanging for ever. Rank 1 never enters the barrier; rank 0's
+# barrier raises after 2 s. The defaults in PyTorch 2.14 (`torch.distributed.constants`) are **30 minutes**
+# for gloo and other backends and **10 minutes** for NCCL (`None` in a PyTorch built without NCCL), whose
+# watchdog then aborts the process rather than letting it continue after a failed GPU collective.
 
 # %%
-TRAIN_ARGS = ["--epochs", "3", "--batch-size", "8", "--samples", "64", "--lr", "0.05", "--momentum", "0.9"]
-train = run_torchrun("utils.ddp.train", nproc=2, args=[*TRAIN_ARGS, "--ckpt-dir", WORK / "ckpt", "--out", WORK / "train"])
-launch_seconds["train (2 workers)"] = train.wall_s
-train.print_ranks()
-ddp_res = load_rank_results(WORK / "train")
-assert all(not r["equal_before_ddp"] and r["equal_after_ddp"] and r["final_equal"] for r in ddp_res.values())
-assert (WORK / "ckpt" / "last.pt").exists()
+def notebook_worker(rank):
+    print("hello from process", rank)
+
+
+data = pickle.dumps(notebook_worker)
+print(f"notebook_worker pickles into {len(data)} bytes: its module {notebook_worker.__module__!r} and its name,"
+      " no code")
+assert b"__main__" in data and b"notebook_worker" in data and notebook_worker.__code__.co_code not in data
+
+# %%
+# %%writefile runs/spawn_timeout.py
+"""Notebook 08: a worker for mp.spawn that shows the process group's timeout."""
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+
+def worker(rank, world_size, init_method, out_dir, timeout_s):
+    # mp.spawn passes the process index first; the rest are spawn's args
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    out = Path(out_dir)
+    if rank == 0:
+        start = time.perf_counter()
+        try:
+            dist.barrier()  # rank 1 never comes: the barrier gives up after timeout_s
+            message = "no error"
+        except RuntimeError as err:
+            message = f"{type(err).__name__}: {str(err).split('] ', 1)[-1]}"  # drop the C++ source location
+        (out / "rank0.txt").write_text(f"{time.perf_counter() - start:.3f}\n{message}")
+    else:
+        while not (out / "rank0.txt").exists():  # skip the barrier; wait until rank 0 has given up
+            time.sleep(0.05)
+    dist.destroy_process_group()
+
+# %%
+from spawn_timeout import worker  # noqa: E402 - the module the previous cell wrote
+
+(WORK / "spawn").mkdir()
+start = time.perf_counter()
+mp.spawn(worker, args=(2, f"tcp://127.0.0.1:{free_port()}", str(WORK / "spawn"), 2.0), nprocs=2, join=True)
+launch_seconds["mp.spawn (2 processes)"] = time.perf_counter() - start
+waited, message = (WORK / "spawn" / "rank0.txt").read_text().split("\n", 1)
+print(f"rank 0's barrier gave up after {float(waited):.0f} s: {message}")
+assert 2.0 <= float(waited) < 30 and "Timed out" in message
+from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout  # noqa: E402
+
+print("default timeout: gloo and others", default_pg_timeout)
+assert default_pg_timeout == timedelta(minutes=30) and default_pg_nccl_timeout in (timedelta(minutes=10), None)
 
 # %% [markdown]
+# ## 3. A DDP program, written here and run by `torchrun`
+#
+# The next four cells write one program, `runs/ddp_train.py`, piece by piece (`%%writefile` creates the file,
+# `%%writefile -a` appends to it); the launch follows. It trains the notes' `ToyModel` (Linear 10→10, ReLU,
+# Linear 10→5) with MSE loss and SGD with momentum on 64 fixed samples, for 3 epochs, with **batch 8 per
+# rank**, and adds Gaussian noise to the inputs as a random augmentation drawn from each rank's own random
+# stream. First the model, the data, and two helpers that compare tensors across ranks with `all_gather`.
+
+# %%
+# %%writefile runs/ddp_train.py
+"""DDP training written out: notebook 08 writes this file (%%writefile) and runs it with torchrun."""
+import argparse
+import contextlib
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from utils import get_device
+from utils.checkpoint import atomic_torch_save, load_rng_state_dict, rng_state_dict
+from utils.ddp.common import report, save_result
+
+
+class ToyModel(nn.Module):
+    """The notes' DDP example: Linear(10, 10) -> ReLU -> Linear(10, 5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net1, self.relu, self.net2 = nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 5)
+
+    def forward(self, x):
+        return self.net2(self.relu(self.net1(x)))
+
+
+def make_data(n=64, seed=0):
+    """n inputs of size 10 and targets of size 5, the same on every rank (a shared seed)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 10, generator=g)
+    y = torch.tanh(x @ (torch.randn(10, 5, generator=g) / 10**0.5)) + 0.1 * torch.randn(n, 5, generator=g)
+    return x, y
+
+
+def gather(t):
+    """Every rank's copy of tensor t, in rank order (all_gather)."""
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t.contiguous())
+    return out
+
+
+def same_everywhere(module):
+    """True when every rank holds exactly rank 0's parameters."""
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    return all(torch.equal(flat, other) for other in gather(flat))
+
+
+# %% [markdown]
+# **Buffers travel too.** The first piece of the program makes the claim of section 1 visible. A
+# `Linear → BatchNorm1d` network is wrapped twice, once with the default `forward_sync_buffers=True` and once
+# with `False`; the ranks feed it different data (rank 1's inputs are shifted by 10), and a forward pre-hook on the
+# BatchNorm layer records its `running_mean` as each forward *starts*, after DDP has done its pre-forward work.
+
+# %%
+# %%writefile -a runs/ddp_train.py
+
+def buffers_demo(device, rank):
+    """BatchNorm's running mean seen on entry to each forward, with and without forward_sync_buffers."""
+    seen = {}
+    for sync in (True, False):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).to(device)
+        ddp = DDP(net, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=sync)
+        entering = []  # running_mean as BatchNorm starts its forward, per step
+        net[1].register_forward_pre_hook(lambda m, args: entering.append(m.running_mean.clone()))
+        for step in range(2):
+            x = torch.randn(8, 4, device=device) + 10 * rank  # each rank sees different data
+            ddp(x).sum().backward()
+        after = net[1].running_mean.clone()
+        seen[sync] = {"entering step 2": gather(entering[1]), "after step 2": gather(after)}
+    return seen
+
+
+# %% [markdown]
+# **Gradient accumulation (梯度累积) with `no_sync()`.** To train with a global batch too big for memory,
+# run k micro-batches and step once. Under DDP every `backward()` would all-reduce; the context manager
+# `ddp.no_sync()` turns that off, so the gradients simply add up in each rank's `.grad`, and the *last*
+# micro-batch's normal backward all-reduces the accumulated sum once. DDP decides whether a backward will
+# synchronise **during the forward** (its forward prepares the reducer), so the forward must be inside
+# `no_sync()` too. The piece below tries three ways on 16 samples (8 per rank, k = 4 micro-batches of 2),
+# counts the all-reduces with a **communication hook** (通信钩子, `register_comm_hook`: DDP calls it for every bucket
+# whose gradients are ready and uses the future it returns; this one counts, then does what DDP does by
+# default through `default_hooks.allreduce_hook`), and keeps the gradients to compare with one process
+# computing the whole batch of 16.
+
+# %%
+# %%writefile -a runs/ddp_train.py
+
+def no_sync_demo(ddp, module, x, y, k, device):
+    """Gradient accumulation over k micro-batches, with and without no_sync; all-reduces counted."""
+    calls = {"n": 0}
+
+    def counting_hook(state, bucket):  # DDP calls it once per bucket, when the bucket's gradients are ready
+        state["n"] += 1
+        return default_hooks.allreduce_hook(None, bucket)  # what DDP does anyway: all-reduce, divide by world size
+
+    ddp.register_comm_hook(calls, counting_hook)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    n_local = len(x) // world
+    mine_x, mine_y = x[rank * n_local:(rank + 1) * n_local], y[rank * n_local:(rank + 1) * n_local]
+    micro_x, micro_y = mine_x.chunk(k), mine_y.chunk(k)
+    result = {}
+    for way in ("sync every micro-batch", "no_sync: forward and backward", "no_sync: backward only"):
+        ddp.zero_grad()
+        calls["n"] = 0
+        for i in range(k):
+            skip = way != "sync every micro-batch" and i < k - 1  # the last micro-batch always syncs
+            with ddp.no_sync() if skip and way == "no_sync: forward and backward" else contextlib.nullcontext():
+                loss = F.mse_loss(ddp(micro_x[i]), micro_y[i]) / k  # /k: the k micro-batches make one mean
+                with ddp.no_sync() if skip and way == "no_sync: backward only" else contextlib.nullcontext():
+                    loss.backward()  # without an all-reduce, gradients add up in .grad
+        result[way] = {"allreduces": calls["n"], "grads": [p.grad.clone() for p in module.parameters()]}
+    ref = ToyModel().to(device)
+    ref.load_state_dict(module.state_dict())
+    F.mse_loss(ref(x), y).backward()  # one process, the whole global batch
+    result["full batch"] = [p.grad for p in ref.parameters()]
+    calls["n"] = 0
+    ddp.zero_grad()
+    F.mse_loss(ddp(micro_x[0]), micro_y[0]).backward()
+    result["buckets"] = calls["n"]
+    ddp.zero_grad()
+    calls["n"] = 0
+    return result, calls
+
+
+# %% [markdown]
+# **The program itself**, the part every DDP program has:
+#
+# 1. **join the process group** with `init_process_group(backend)`. `torchrun` set `RANK`, `WORLD_SIZE`,
+#    `MASTER_ADDR` and `MASTER_PORT`, which the default `init_method="env://"` reads. On GPUs: pick
+#    `cuda:LOCAL_RANK`, make it the current device, and pass it as `device_id`, which binds the process group
+#    to that GPU (NCCL then creates its communicator at once, so errors show up here rather than at the first
+#    collective, and `barrier()` knows which GPU to use). gloo on the CPU needs no device;
+# 2. wrap the model: `DDP(model, device_ids=[local_rank])` on a GPU, **no `device_ids`** for a CPU model;
+# 3. give each rank its shard of the data with `DistributedSampler` (分片), and call `set_epoch(epoch)` before
+#    each epoch so that the shuffle changes;
+# 4. after each epoch, the checkpoint protocol of the notes: **rank 0** writes it (the parameters are equal
+#    everywhere; written to a temporary file and renamed, so it is never half-written), `dist.barrier()` makes
+#    everybody wait until it exists, then **every rank** loads it with `torch.load(..., map_location=device)`,
+#    so that each process maps the tensors onto its *own* device (without `map_location`, tensors saved from
+#    `cuda:0` would all land on GPU 0). The checkpoint also holds **every rank's RNG state**, gathered with
+#    `all_gather_object` (section 6 uses it);
+# 5. `destroy_process_group()` at the end, in a `finally:` so that it also runs after an error.
+#
+# `--crash-at-step` makes the last rank die in the middle of training on the first attempt; section 6 uses it.
+
+# %%
+# %%writefile -a runs/ddp_train.py
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=8, help="per rank")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--noise", type=float, default=0.1, help="std of the random noise added to inputs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ckpt", required=True, help="checkpoint file, written by rank 0")
+    parser.add_argument("--out", required=True, help="folder for each rank's results")
+    parser.add_argument("--crash-at-step", type=int, default=-1)
+    args = parser.parse_args()
+
+    # --- join the process group: torchrun set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT ---
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if get_device().type == "cuda" and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        device = torch.device("cuda", local_rank)  # one GPU per process, chosen by LOCAL_RANK
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)  # device_id: NCCL connects now, bound to this GPU
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    try:
+        if attempt == 0:  # the demos of the two cells above, on the first attempt only
+            seen = buffers_demo(device, rank)
+        torch.manual_seed(args.seed + rank)  # every rank its own random stream (noise, init)
+        x, y = make_data(64, args.seed)
+        model = ToyModel().to(device)  # different initial weights on every rank ...
+        before = same_everywhere(model)
+        ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        after = same_everywhere(model)  # ... until DDP's constructor broadcast rank 0's
+        report(f"attempt {attempt}: parameters equal on all ranks before DDP() {before}, after DDP() {after}")
+        if attempt == 0:  # registers the counting hook, which then also counts the training's all-reduces
+            acc, calls = no_sync_demo(ddp, model, x[:16].to(device), y[:16].to(device), k=4, device=device)
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+        dataset = TensorDataset(x, y)
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+        loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+
+        start_epoch, step = 0, 0
+        ckpt = Path(args.ckpt)
+        if ckpt.exists():  # a restarted job: carry on from the last checkpoint
+            state = torch.load(ckpt, map_location=device, weights_only=True)
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            load_rng_state_dict(state["rng"][rank])  # this rank's own random stream, where it stopped
+            start_epoch, step = state["epoch"] + 1, state["step"]
+            report(f"attempt {attempt}: resumed from the checkpoint of epoch {state['epoch']} (step {step})")
+        noise_log = {}
+        shards = {}
+        for epoch in range(start_epoch, args.epochs):
+            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on all ranks
+            shards[epoch] = list(sampler)
+            for xb, yb in loader:
+                if step == args.crash_at_step and attempt == 0 and rank == world - 1:
+                    report(f"attempt 0: simulated crash before step {step}")
+                    os._exit(1)  # a hard crash: no cleanup, like a killed process
+                xb, yb = xb.to(device), yb.to(device)
+                noise = args.noise * torch.randn_like(xb)  # random augmentation from this rank's stream
+                noise_log[step] = noise.cpu()
+                loss = F.mse_loss(ddp(xb + noise), yb)
+                opt.zero_grad()
+                loss.backward()  # DDP all-reduces the gradients bucket by bucket, averaged over ranks
+                opt.step()
+                step += 1
+            rngs = [None] * world
+            dist.all_gather_object(rngs, rng_state_dict())  # every rank's RNG state, in rank order
+            if rank == 0:  # the parameters are equal everywhere: one writer is enough
+                atomic_torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                   "epoch": epoch, "step": step, "rng": rngs}, ckpt)
+            dist.barrier()  # nobody reads before rank 0 has finished writing
+            state = torch.load(ckpt, map_location=device, weights_only=True)  # onto *this* rank's device
+            same = all(torch.equal(v, state["model"][k]) for k, v in model.state_dict().items())
+            report(f"epoch {epoch}: checkpoint written by rank 0, loaded with map_location={device}: "
+                   f"equals my parameters {same}")
+        final = same_everywhere(model)
+        report(f"attempt {attempt}: done after {step} steps; parameters equal on all ranks {final}")
+        result = {"params": {k: v.cpu() for k, v in model.state_dict().items()}, "shards": shards,
+                  "noise": noise_log, "attempt": attempt, "before": before, "after": after, "final": final}
+        if attempt == 0:
+            result["buffers"] = {b: {k: [t.cpu() for t in v] for k, v in d.items()} for b, d in seen.items()}
+            result["accumulate"] = {w: {"allreduces": v["allreduces"], "grads": [g.cpu() for g in v["grads"]]}
+                                    for w, v in acc.items() if isinstance(v, dict)}
+            result["full batch"] = [g.cpu() for g in acc["full batch"]]
+            result["buckets"], result["training allreduces"] = acc["buckets"], calls["n"]
+        save_result(args.out, result)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+
+# %% [markdown]
+# The launch: `torchrun --standalone --nproc_per_node=2 runs/ddp_train.py ...`, 2 processes.
+
+# %%
+train = run_torchrun(RUNS / "ddp_train.py", nproc=2, args=["--ckpt", WORK / "ckpt.pt", "--out", WORK / "train"])
+launch_seconds["ddp_train (2 workers)"] = train.wall_s
+print("$", shell(train)[0])
+train.print_ranks()
+ddp_res = load_rank_results(WORK / "train")
+assert all(not r["before"] and r["after"] and r["final"] for r in ddp_res.values())
+assert (WORK / "ckpt.pt").exists()
+
+# %% [markdown]
+# The first line of each rank: the ranks built their models from different seeds (`torch.manual_seed(seed +
+# rank)`), and right after `DDP(model)` the parameters are equal — the constructor broadcast rank 0's (so
+# the notes' advice to seed every process the same way is not needed for the initial weights).
+#
 # **Proof (1): DDP with batch B on 2 ranks = 1 process with batch 2B.** Each rank's loss is the mean over its 8
 # samples; DDP *averages* the two gradients, which is exactly the gradient of the mean over all 16 samples. The
 # sampler's shuffle is a permutation seeded with `seed + epoch`; rank `r` takes positions `r, r+2, r+4, ...`, so
-# the two ranks' `s`-th batches together are exactly positions `16s .. 16s+15` of that permutation. A single
-# process that walks the same permutation in batches of 16 must end with the same parameters (up to float
-# rounding: the two gradients are added in another order).
+# the two ranks' `s`-th batches together are exactly positions `16s .. 16s+15` of that permutation. Each rank
+# saved the noise it drew at every step, so a single process that walks the same permutation in batches of 16,
+# with the same noise, must end with the same parameters (up to float rounding: the two gradients are added in
+# another order).
 
 # %%
-from utils.ddp.train import make_data, make_model  # noqa: E402 - the same data and model as the script
+from ddp_train import ToyModel, make_data  # noqa: E402 - the program's own model and data
 
 x_all, y_all = make_data(64, seed=0)
-single = make_model(seed=0)  # rank 0's initial parameters, which DDP broadcast
+torch.manual_seed(0)
+single = ToyModel()  # rank 0's initial parameters (seed 0 + rank 0), which DDP broadcast
 opt = torch.optim.SGD(single.parameters(), lr=0.05, momentum=0.9)
+step = 0
 for epoch in range(3):
     perm = torch.randperm(64, generator=torch.Generator().manual_seed(0 + epoch))  # DistributedSampler's shuffle
+    assert ddp_res[0]["shards"][epoch] == perm[0::2].tolist() and ddp_res[1]["shards"][epoch] == perm[1::2].tolist()
     for s in range(4):
-        idx = perm[16 * s: 16 * (s + 1)]  # one global batch of 2B = 16
-        loss = F.mse_loss(single(x_all[idx]), y_all[idx])
+        rows = torch.stack([perm[2 * (8 * s + i) + r] for r in (0, 1) for i in range(8)])  # rank 0's 8, then rank 1's
+        noise = torch.cat([ddp_res[r]["noise"][step] for r in (0, 1)])
+        loss = F.mse_loss(single(x_all[rows] + noise), y_all[rows])
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert ddp_res[0]["shards"][epoch] == perm[0::2].tolist() and ddp_res[1]["shards"][epoch] == perm[1::2].tolist()
+        step += 1
 diffs = {k: (v - ddp_res[0]["params"][k]).abs().max().item() for k, v in single.state_dict().items()}
 print("DDP (2 x batch 8) vs one process (batch 16), largest parameter difference below 1e-6:",
       max(diffs.values()) < 1e-6)
@@ -305,11 +702,68 @@ for k, v in single.state_dict().items():
     assert torch.equal(ddp_res[0]["params"][k], ddp_res[1]["params"][k])  # the two ranks: bit for bit
 
 # %% [markdown]
-# **Proof (2): `DistributedSampler`.** It needs no processes to study: give it `num_replicas` and `rank`
+# **Proof (2): buffers are broadcast before every forward.** What each rank's BatchNorm held as its second
+# forward started, and after it:
+
+# %%
+for sync in (True, False):
+    seen = ddp_res[0]["buffers"][sync]
+    entering = [[round(v, 2) for v in t.tolist()] for t in seen["entering step 2"]]
+    after = [[round(v, 2) for v in t.tolist()] for t in seen["after step 2"]]
+    print(f"forward_sync_buffers={sync}:\n  running_mean entering forward 2, rank 0 | rank 1: {entering[0]} | {entering[1]}"
+          f"\n  running_mean after forward 2,    rank 0 | rank 1: {after[0]} | {after[1]}")
+on, off = ddp_res[0]["buffers"][True], ddp_res[0]["buffers"][False]
+assert torch.equal(on["entering step 2"][0], on["entering step 2"][1])  # rank 1 got rank 0's buffer
+assert not torch.allclose(off["entering step 2"][0], off["entering step 2"][1], atol=0.1)  # kept its own
+assert not torch.allclose(on["after step 2"][0], on["after step 2"][1], atol=0.1)  # then updated with its own data
+assert torch.equal(on["after step 2"][0], off["after step 2"][0])  # rank 0 never receives anything
+
+# %% [markdown]
+# With the default, every rank *starts* each forward with rank 0's running statistics; the forward then updates
+# them with the rank's own batch, so between steps they differ again, and what rank 0 saves at the end is its
+# own. With `forward_sync_buffers=False` every rank keeps its own running statistics all along. Either way the
+# statistics come from *one rank's* data: the broadcast makes them identical, not global. (In a training-mode
+# forward BatchNorm normalises with the batch's own statistics anyway; the running ones matter in `eval()`.)
+# Synchronised BatchNorm, written in section 4, goes further: it computes each batch's mean and variance over
+# **all** ranks' samples, so the normalisation and the running statistics are those of the global batch, the
+# same on every rank without any broadcast.
+#
+# **Proof (3): gradient accumulation with `no_sync()`.** All-reduce calls counted by the hook, and the
+# accumulated gradients compared with the gradient of one process on the whole batch of 16:
+
+# %%
+for way, r in ddp_res[0]["accumulate"].items():
+    same = all(torch.allclose(g, f, atol=1e-6) for g, f in zip(r["grads"], ddp_res[0]["full batch"]))
+    print(f"{way:31}: {r['allreduces']} all-reduce calls for 4 micro-batches; gradient == full batch: {same}")
+print("buckets per synchronised backward:", ddp_res[0]["buckets"], "| all-reduce calls in the 12 training steps:",
+      ddp_res[0]["training allreduces"])
+acc = ddp_res[0]["accumulate"]
+assert [acc[w]["allreduces"] for w in acc] == [4, 1, 4] and ddp_res[0]["buckets"] == 1
+assert ddp_res[0]["training allreduces"] == 12 * ddp_res[0]["buckets"]
+for r in (0, 1):
+    for way in acc:
+        for g, f in zip(ddp_res[r]["accumulate"][way]["grads"], ddp_res[r]["full batch"]):
+            torch.testing.assert_close(g, f)
+
+# %% [markdown]
+# The model is small (165 parameters), so its gradients fit in one bucket and each synchronised backward makes
+# exactly one all-reduce; a large model makes one per bucket. All three ways give the full-batch gradient, but
+# only `no_sync()` around forward *and* backward saves communication: 1 all-reduce instead of 4. Wrapped around
+# the backward alone it changes nothing, because the forward had already told DDP to synchronise.
+#
+# Two more `DDP(...)` arguments in the same spirit: `find_unused_parameters=True` is needed when some
+# parameters get no gradient in an iteration (a branch not taken): otherwise their bucket never becomes ready
+# and DDP raises an error at the next iteration; it costs a traversal of the autograd graph after every
+# forward. `static_graph=True` promises that the set of used parameters never changes, which lets DDP skip that
+# work after the first iteration (and allows activation checkpointing).
+
+# %% [markdown]
+# **Proof (4): `DistributedSampler`.** It needs no processes to study: give it `num_replicas` and `rank`
 # yourself. Each rank gets a disjoint shard, together they cover the dataset, and when the dataset does not
 # divide evenly the sampler **pads** by repeating indices so that every rank runs the same number of steps (a
-# rank with fewer batches would leave the others waiting in `all_reduce` forever); `drop_last=True` drops the
+# rank with fewer batches would leave the others waiting in `all_reduce`); `drop_last=True` drops the
 # tail instead. The shuffle is seeded with `seed + epoch`: forget `set_epoch(epoch)` and every epoch repeats
+# epoch 0's order.
 # epoch 0's order.
 
 # %%
@@ -333,20 +787,56 @@ print("rank 0 without set_epoch:", no_set_epoch)
 print("rank 0 with set_epoch:   ", with_set_epoch)
 assert no_set_epoch[0] == no_set_epoch[1] == no_set_epoch[2]
 assert len({tuple(s) for s in with_set_epoch}) == 3
-assert ddp_res[0]["shards"][0] != ddp_res[0]["shards"][1]  # the script did call set_epoch
+assert ddp_res[0]["shards"][0] != ddp_res[0]["shards"][1]  # the program did call set_epoch
+
 
 # %% [markdown]
-# **Proof (3): checkpoint on rank 0, `barrier`, load with `map_location` everywhere** is in the lines above
+# **Proof (5): checkpoint on rank 0, `barrier`, load with `map_location` everywhere** is in the lines above
 # ("equals my parameters True" on both ranks after every epoch). The file holds the *unwrapped* model's
-# `state_dict` (no `module.` prefix), so it loads into a plain model as well:
+# `state_dict` (no `module.` prefix), so it loads into a plain model as well, and one RNG state per rank:
 
 # %%
-ckpt = torch.load(WORK / "ckpt" / "last.pt", map_location="cpu", weights_only=True)
-print("checkpoint keys:", sorted(ckpt), "| epoch", ckpt["epoch"], "| step", ckpt["step"])
+ckpt = torch.load(WORK / "ckpt.pt", map_location="cpu", weights_only=True)
+print("checkpoint keys:", sorted(ckpt), "| epoch", ckpt["epoch"], "| step", ckpt["step"],
+      "| RNG states:", len(ckpt["rng"]), "(one per rank)")
 print("model keys:", list(ckpt["model"]))
-restored = make_model(seed=123)
+restored = ToyModel()
 restored.load_state_dict(ckpt["model"])
 assert all(torch.equal(v, ddp_res[1]["params"][k]) for k, v in restored.state_dict().items())
+assert len(ckpt["rng"]) == 2 and not torch.equal(ckpt["rng"][0]["torch"], ckpt["rng"][1]["torch"])
+
+# %% [markdown]
+# **One GPU per process: the notes' several `device_ids` are refused.** The notes (000) copy an older tutorial
+# that gives each process several GPUs, `DDP(model, device_ids=list(range(rank * n, (rank + 1) * n)))`, so that
+# DDP would also replicate the model across them inside the process, as DataParallel does. That mode was
+# deprecated and then removed (PyTorch 1.9); `torch/nn/parallel/distributed.py` now raises before looking at the
+# devices:
+#
+# ```python
+# if device_ids is not None and len(device_ids) > 1:
+#     self._log_and_throw(ValueError, "device_ids can only be None or contain a single element.")
+# ```
+#
+# Because the check comes first, it can be shown on the CPU, in this kernel, with a process group of one
+# process (a `HashStore` instead of a rendezvous). The same group also shows the right way for a CPU model (no
+# `device_ids` at all), and the warning that the old name of `forward_sync_buffers` now gives.
+
+# %%
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+with pytest.raises(ValueError) as refused:
+    nn.parallel.DistributedDataParallel(nn.Linear(2, 2), device_ids=[0, 1])
+print(f"DDP(model, device_ids=[0, 1]) -> {refused.type.__name__}: {refused.value}")
+assert str(refused.value) == "device_ids can only be None or contain a single element."
+cpu_ddp = nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
+print("DDP(cpu_model).device_ids:", cpu_ddp.device_ids, "| world size", dist.get_world_size())
+assert cpu_ddp.device_ids is None
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    nn.parallel.DistributedDataParallel(nn.Linear(2, 2), broadcast_buffers=False)  # the pre-2.13 name
+print(f"DDP(model, broadcast_buffers=False) -> {caught[0].category.__name__}: {str(caught[0].message).split('. ')[0]}")
+assert len(caught) == 1 and caught[0].category is FutureWarning and "forward_sync_buffers" in str(caught[0].message)
+dist.destroy_process_group()
+assert not dist.is_initialized()
 
 # %% [markdown]
 # ## 4. Synchronised BatchNorm, written by hand
@@ -354,7 +844,7 @@ assert all(torch.equal(v, ddp_res[1]["params"][k]) for k, v in restored.state_di
 # BatchNorm normalises with the mean and variance of the batch. Under DDP each process sees only its shard, so
 # plain BatchNorm uses the statistics of B samples instead of the global batch — harmless for large per-GPU
 # batches, harmful for small ones (detection and segmentation, with 2 images per GPU, the notes say).
-# **SyncBatchNorm** computes the statistics of the whole global batch.
+# **Synchronised BatchNorm** (同步批归一化, SyncBN) computes the statistics of the whole global batch.
 #
 # The notes' derivation: with $m$ samples in total,
 # $\mu = \frac1m\sum_i x_i$ and $\sigma^2 = \frac1m\sum_i (x_i-\mu)^2 = \frac1m\sum_i x_i^2 - \mu^2$.
@@ -368,66 +858,97 @@ assert all(torch.equal(v, ddp_res[1]["params"][k]) for k, v in restored.state_di
 #   - \sum_j \frac{\partial L}{\partial y_j} - \hat x_i \sum_j \frac{\partial L}{\partial y_j}\hat x_j\Big).$$
 #
 # (One caveat: $E[x^2]-E[x]^2$ loses precision when the mean is large compared with the spread; PyTorch's
-# `nn.SyncBatchNorm` all-gathers per-rank means and variances and combines them, which is more robust.)
+# `nn.SyncBatchNorm` all-gathers each rank's mean, inverse standard deviation and count and combines them, which
+# is more robust.)
 #
-# `utils/ddp/syncbn.py` implements this as a `torch.autograd.Function` and a module `HandSyncBatchNorm`. Each
-# rank normalises its 4 samples of a global batch of 8 (shape `(8, 3, 5)`, mean 3, std 2).
+# The next cell writes it as a `torch.autograd.Function` (forward and backward by hand, each with its one
+# `all_reduce`, counted) and a module `HandSyncBatchNorm` with BatchNorm's parameters and buffers.
 
 # %%
-syncbn = run_torchrun("utils.ddp.syncbn", nproc=2, args=["--out", WORK / "syncbn"])
-launch_seconds["syncbn (2 workers)"] = syncbn.wall_s
-syncbn.print_ranks()
+# %%writefile runs/hand_syncbn.py
+"""Notebook 08: synchronised BatchNorm written by hand: one all_reduce forward, one backward."""
+from collections import Counter
 
-# %% [markdown]
-# **Proof (4)**, checked here from the tensors the ranks saved: concatenated in rank order, their outputs equal
-# BatchNorm over the whole batch; so do the input gradients; the *sum* of the ranks' weight and bias gradients
-# (what DDP's all-reduce adds up) equals the full-batch gradient; and the running statistics use the global
-# batch. Plain per-shard BatchNorm is visibly different.
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
 
-# %%
-from utils.ddp.syncbn import make_inputs  # noqa: E402
+COLLECTIVES = Counter()  # all_reduce calls and the numbers they carried, forward and backward
 
-sres = load_rank_results(WORK / "syncbn")
-x, g, weight, bias = make_inputs(world_size=2)
-x_ref = x.clone().requires_grad_()
-w_ref, b_ref = weight.clone().requires_grad_(), bias.clone().requires_grad_()
-ref_bn = nn.BatchNorm1d(3)
-with torch.no_grad():
-    ref_bn.weight.copy_(weight)
-    ref_bn.bias.copy_(bias)
-y_ref = F.batch_norm(x_ref, ref_bn.running_mean, ref_bn.running_var, w_ref, b_ref, training=True)
-(y_ref * g).sum().backward()
-y_sync = torch.cat([sres[r]["y"] for r in (0, 1)])
-y_plain = torch.cat([sres[r]["y_plain"] for r in (0, 1)])
-checks = {
-    "forward": torch.allclose(y_sync, y_ref, atol=1e-5),
-    "grad x": torch.allclose(torch.cat([sres[r]["grad_x"] for r in (0, 1)]), x_ref.grad, atol=1e-5),
-    "grad weight (sum over ranks)": torch.allclose(sres[0]["grad_w_local"] + sres[1]["grad_w_local"], w_ref.grad, atol=1e-4),
-    "grad bias (sum over ranks)": torch.allclose(sres[0]["grad_b_local"] + sres[1]["grad_b_local"], b_ref.grad, atol=1e-4),
-    "running mean/var": torch.allclose(sres[0]["running_mean"], ref_bn.running_mean, atol=1e-5)
-    and torch.allclose(sres[1]["running_var"], ref_bn.running_var, atol=1e-5),
-}
-for name, ok in checks.items():
-    print(f"hand SyncBN vs global BatchNorm, {name}: {ok}")
-print(f"plain per-shard BatchNorm vs global: largest output difference > 0.01: {(y_plain - y_ref).abs().max().item() > 0.01}")
-print("all_reduce calls per rank:", sres[0]["collectives"])
-assert all(checks.values()) and not torch.allclose(y_plain, y_ref, atol=1e-2)
-assert sres[0]["collectives"] == {"forward calls": 1, "forward numbers": 7, "backward calls": 1, "backward numbers": 6}
 
-# %% [markdown]
-# **PyTorch's own.** `nn.SyncBatchNorm.convert_sync_batchnorm(model)` replaces every `BatchNorm*d` by
-# `nn.SyncBatchNorm` (copying weights and running statistics); do it *before* wrapping the model in DDP. As the
-# script reported, its synchronised forward only runs on GPUs (on CPU tensors it raises `ValueError`); outside
-# a process group, or in `eval()` mode, it behaves like ordinary BatchNorm, so the conversion itself can be shown
-# here. On a CUDA machine the script also compares `nn.SyncBatchNorm` with the global BatchNorm.
+def all_reduce_counted(t, phase):
+    COLLECTIVES[f"{phase} calls"] += 1
+    COLLECTIVES[f"{phase} numbers"] += t.numel()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)  # in place: every rank ends with the sum
+    return t
 
-# %%
-net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Linear(4, 4), nn.BatchNorm1d(8))
-converted = nn.SyncBatchNorm.convert_sync_batchnorm(net)
-print([type(m).__name__ for m in converted])
-assert sum(isinstance(m, nn.SyncBatchNorm) for m in converted) == 2
-if torch.cuda.is_available():
-    assert all(r["torch_sync"] is None or torch.allclose(r["torch_sync"], r["y"], atol=1e-5) for r in sres.values())
+
+class SyncBatchNormFunction(torch.autograd.Function):
+    """Batch normalisation with statistics summed over every rank of the default process group."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        c = x.shape[1]
+        dims = [0, *range(2, x.dim())]  # every dimension except the channels
+        count = torch.full((1,), x.numel() // c, dtype=x.dtype, device=x.device)
+        stats = all_reduce_counted(torch.cat([x.sum(dims), (x * x).sum(dims), count]), "forward")  # ONE collective
+        total, total_sq, n = stats[:c], stats[c:2 * c], stats[2 * c]
+        mean = total / n
+        var = total_sq / n - mean * mean  # biased variance: BatchNorm normalises with it
+        invstd = torch.rsqrt(var + eps)
+        shape = [1, c] + [1] * (x.dim() - 2)
+        x_hat = (x - mean.view(shape)) * invstd.view(shape)
+        ctx.save_for_backward(x_hat, weight, invstd)
+        ctx.n, ctx.dims, ctx.shape = n, dims, shape
+        ctx.mark_non_differentiable(mean, var, n)
+        return x_hat * weight.view(shape) + bias.view(shape), mean, var, n
+
+    @staticmethod
+    def backward(ctx, dy, _dmean, _dvar, _dn):
+        x_hat, weight, invstd = ctx.saved_tensors
+        dims, shape, n = ctx.dims, ctx.shape, ctx.n
+        c = x_hat.shape[1]
+        grad_bias = dy.sum(dims)  # this rank's share; DDP's all-reduce of parameter gradients adds the rest
+        grad_weight = (dy * x_hat).sum(dims)
+        sums = all_reduce_counted(torch.cat([grad_bias, grad_weight]), "backward")  # ONE collective
+        sum_dy, sum_dy_xhat = sums[:c].view(shape), sums[c:].view(shape)
+        grad_x = (weight * invstd).view(shape) / n * (n * dy - sum_dy - x_hat * sum_dy_xhat)
+        return grad_x, grad_weight, grad_bias, None
+
+
+class HandSyncBatchNorm(nn.Module):
+    """BatchNorm for inputs (N, C, *) that synchronises statistics in training mode; same state_dict keys."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def forward(self, x):
+        if not (self.training and dist.is_initialized()):  # eval mode, or no process group: plain BatchNorm
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                self.training, self.momentum, self.eps)
+        y, mean, var, n = SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps)
+        with torch.no_grad():  # running statistics of the global batch, unbiased variance like nn.BatchNorm
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * n / (n - 1), self.momentum)
+            self.num_batches_tracked += 1
+        return y
+
+
+def make_inputs(world_size, per_rank=2, channels=3, length=5, seed=0):
+    """The global batch x (mean 3, std 2), an upstream gradient g, and BatchNorm's weight and bias."""
+    gen = torch.Generator().manual_seed(seed)
+    x = 3 + 2 * torch.randn(world_size * per_rank, channels, length, generator=gen)
+    g = torch.randn(world_size * per_rank, channels, length, generator=gen)
+    weight = 1 + 0.1 * torch.randn(channels, generator=gen)
+    bias = 0.1 * torch.randn(channels, generator=gen)
+    return x, g, weight, bias
 
 # %% [markdown]
 # ## 5. The ring all-reduce, and what it saves
@@ -437,27 +958,256 @@ if torch.cuda.is_available():
 #
 # * **naive**: machine 0 receives the other three vectors (12 numbers), adds, and sends the sum back to each
 #   (12 numbers). Machine 0's traffic grows with the number of machines: it is the bottleneck.
-# * **ring**: cut each vector into 4 chunks. In 3 *scatter-reduce* steps every machine sends one chunk to its
-#   right neighbour and adds the chunk arriving from its left; then each machine holds one complete sum. In 3
-#   *all-gather* steps the complete chunks travel round the ring. Every machine sends 2·(N−1)·L/N numbers and
-#   receives as many: for large N about 2L each way, whatever N is.
+# * **ring** (环形全规约): cut each vector into 4 chunks. In 3 *scatter-reduce* steps every machine sends one
+#   chunk to its right neighbour and adds the chunk arriving from its left; then each machine holds one complete
+#   sum. In 3 *all-gather* steps the complete chunks travel round the ring. Every machine sends 2·(N−1)·L/N
+#   numbers and receives as many: for large N about 2L each way, whatever N is.
 #
-# `utils/ddp/ring_allreduce.py` writes both with point-to-point `send`/`recv` (the ring uses a non-blocking
-# `isend` so that all machines can send and receive at the same time), counts every message and number, and
-# compares with `dist.all_reduce`. It runs with **4** processes, like the notes' example.
+# The next cell writes both. Each step of the ring, for rank `r` of `n`: in scatter-reduce step `t` it sends
+# chunk `(r − t) mod n` and receives chunk `(r − t − 1) mod n`, which it *adds*; in all-gather step `t` it sends
+# chunk `(r + 1 − t) mod n` and receives chunk `(r − t) mod n`, which it *copies*. `exchange` is "send to the
+# right, receive from the left" at the same time; in the real program it is a non-blocking `isend` plus a `recv`
+# (two blocking sends would wait for each other for ever), and `simulate_ring` runs the same steps for n
+# "machines" inside one process.
 
 # %%
-ring = run_torchrun("utils.ddp.ring_allreduce", nproc=4, args=["--out", WORK / "ring"])
-launch_seconds["ring_allreduce (4 workers)"] = ring.wall_s
-ring.print_ranks()
+# %%writefile runs/ring_allreduce.py
+"""Notebook 08: all-reduce by hand, the naive way and the ring, with every message counted."""
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class CommCount:
+    """Messages and numbers (tensor elements) one rank sent and received."""
+
+    sent_messages: int = 0
+    recv_messages: int = 0
+    sent_numbers: int = 0
+    recv_numbers: int = 0
+
+
+def chunk_slices(length, n):
+    """Split range(length) into n contiguous chunks whose sizes differ by at most one."""
+    base, extra = divmod(length, n)
+    bounds, start = [], 0
+    for i in range(n):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append(slice(start, stop))
+        start = stop
+    return bounds
+
+
+def ring_schedule(rank, n):
+    """(phase, chunk sent to rank+1, chunk received from rank-1) for each of the 2(n-1) steps."""
+    steps = [("scatter-reduce", (rank - t) % n, (rank - t - 1) % n) for t in range(n - 1)]
+    steps += [("all-gather", (rank + 1 - t) % n, (rank - t) % n) for t in range(n - 1)]
+    return steps
+
+
+def ring_all_reduce(t, rank, n, exchange, trace=None):
+    """Sum t over all ranks, in place. exchange(send_buf, recv_buf) sends right while receiving from the left."""
+    chunks = chunk_slices(t.numel(), n)
+    for phase, send_i, recv_i in ring_schedule(rank, n):
+        incoming = torch.empty_like(t[chunks[recv_i]])
+        exchange(t[chunks[send_i]].clone(), incoming)
+        if phase == "scatter-reduce":
+            t[chunks[recv_i]] += incoming
+        else:
+            t[chunks[recv_i]] = incoming
+        if trace is not None:
+            trace.append(t.tolist())
+    return t
+
+
+def naive_all_reduce(t, rank, n, send, recv):
+    """Sum t over all ranks, in place: everybody sends to rank 0, which adds and sends the sum back."""
+    if rank == 0:
+        incoming = torch.empty_like(t)
+        for src in range(1, n):
+            recv(incoming, src)
+            t += incoming
+        for dst in range(1, n):
+            send(t, dst)
+    else:
+        send(t, 0)
+        recv(t, 0)
+    return t
+
+
+def simulate_ring(vectors):
+    """ring_all_reduce for len(vectors) ranks in one process: each step, everybody sends, then receives."""
+    n = len(vectors)
+    data = [torch.tensor(v, dtype=torch.float64) for v in vectors]
+    counts = [CommCount() for _ in range(n)]
+    chunks = chunk_slices(data[0].numel(), n)
+    schedules = [ring_schedule(r, n) for r in range(n)]
+    for step in range(2 * (n - 1)):
+        outgoing = [data[r][chunks[schedules[r][step][1]]].clone() for r in range(n)]
+        for r in range(n):
+            phase, _, recv_i = schedules[r][step]
+            incoming = outgoing[(r - 1) % n]  # from the left neighbour
+            counts[r].sent_messages += 1
+            counts[r].sent_numbers += outgoing[r].numel()
+            counts[r].recv_messages += 1
+            counts[r].recv_numbers += incoming.numel()
+            if phase == "scatter-reduce":
+                data[r][chunks[recv_i]] += incoming
+            else:
+                data[r][chunks[recv_i]] = incoming
+    return [d.tolist() for d in data], counts
 
 # %% [markdown]
-# The buffers after each step, next to the notes' table for the scatter-reduce phase (machine 1 of the notes is
-# rank 0): after step 3 each rank holds one finished chunk (rank 0: 32, rank 1: 36, rank 2: 40, rank 3: 28),
-# and the all-gather steps spread them.
+# **One program for both, on 4 processes.** The worker program below runs the hand-written SyncBN on a global
+# batch of 8 (shape `(8, 3, 5)`, mean 3, std 2; 2 samples per rank) and checks it against BatchNorm over the
+# whole batch, which every rank can compute because the batch comes from a shared seed; then the naive and the
+# ring all-reduce on the notes' numbers, with real `send`/`recv`/`isend` between the processes, counted, and
+# checked against `dist.all_reduce`. It runs with **4** processes, like the notes' example.
 
 # %%
-rres = load_rank_results(WORK / "ring")
+# %%writefile runs/by_hand.py
+"""Notebook 08: hand-written SyncBN and all-reduce, run by torchrun on 4 processes."""
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from hand_syncbn import COLLECTIVES, HandSyncBatchNorm, make_inputs  # written next to this file
+from ring_allreduce import CommCount, naive_all_reduce, ring_all_reduce
+
+from utils.ddp.common import report, save_result
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+dist.init_process_group("gloo")  # point-to-point send/recv of CPU tensors: gloo (NCCL would need GPUs)
+rank, n = dist.get_rank(), dist.get_world_size()
+try:
+    # --- SyncBN: my 2 samples of the global batch ---
+    x, g, weight, bias = make_inputs(n)
+    mine = slice(rank * 2, rank * 2 + 2)
+    bn = HandSyncBatchNorm(3)
+    with torch.no_grad():
+        bn.weight.copy_(weight)
+        bn.bias.copy_(bias)
+    x_mine = x[mine].clone().requires_grad_()
+    y = bn(x_mine)
+    (y * g[mine]).sum().backward()  # this rank's part of the global loss
+    y_full = F.batch_norm(x, None, None, weight, bias, training=True)  # the reference: the whole batch
+    report(f"hand SyncBN on my 2 samples == BatchNorm over all {len(x)}: {torch.allclose(y, y_full[mine], atol=1e-5)}"
+           f"; plain BatchNorm on my 2 == it: {torch.allclose(F.batch_norm(x[mine], None, None, weight, bias, training=True), y_full[mine], atol=1e-5)}")
+    syncbn = {"y": y.detach(), "grad_x": x_mine.grad, "grad_w": bn.weight.grad, "grad_b": bn.bias.grad,
+              "running_mean": bn.running_mean, "running_var": bn.running_var, "collectives": dict(COLLECTIVES)}
+
+    # --- all-reduce by hand: the notes' vectors [1,2,3,4], [5,6,7,8], ... ---
+    naive_count, ring_count = CommCount(), CommCount()
+
+    def send(buf, dst):
+        naive_count.sent_messages += 1
+        naive_count.sent_numbers += buf.numel()
+        dist.send(buf.contiguous(), dst)
+
+    def recv(buf, src):
+        naive_count.recv_messages += 1
+        naive_count.recv_numbers += buf.numel()
+        dist.recv(buf, src)
+
+    def exchange(send_buf, recv_buf, count=ring_count):
+        request = dist.isend(send_buf, (rank + 1) % n)  # non-blocking: the send does not wait for the receiver
+        dist.recv(recv_buf, (rank - 1) % n)
+        request.wait()
+        count.sent_messages += 1
+        count.sent_numbers += send_buf.numel()
+        count.recv_messages += 1
+        count.recv_numbers += recv_buf.numel()
+
+    data = torch.arange(4 * rank + 1, 4 * rank + 5, dtype=torch.float32)
+    expected = data.clone()
+    dist.all_reduce(expected)
+    naive = naive_all_reduce(data.clone(), rank, n, send, recv)
+    trace = []
+    ring = ring_all_reduce(data.clone(), rank, n, exchange, trace)
+    report(f"data {data.int().tolist()} -> naive {naive.int().tolist()}, ring {ring.int().tolist()}; "
+           f"both == dist.all_reduce: {torch.equal(naive, expected) and torch.equal(ring, expected)}")
+    vec = torch.randn(10, generator=torch.Generator().manual_seed(rank))  # 10 numbers: chunks of 3, 3, 2, 2
+    ref = vec.clone()
+    dist.all_reduce(ref)
+    ring_vec = ring_all_reduce(vec.clone(), rank, n, lambda s, r: exchange(s, r, CommCount()))
+    save_result(args.out, {"syncbn": syncbn, "naive": naive, "ring": ring, "expected": expected, "trace": trace,
+                           "naive_count": vars(naive_count), "ring_count": vars(ring_count),
+                           "ring_vec": ring_vec, "ref_vec": ref})
+finally:
+    dist.destroy_process_group()
+
+# %%
+hand = run_torchrun(RUNS / "by_hand.py", nproc=4, args=["--out", WORK / "by_hand"])
+launch_seconds["by_hand (4 workers)"] = hand.wall_s
+print("$", shell(hand)[0])
+hand.print_ranks()
+hres = load_rank_results(WORK / "by_hand")
+
+# %% [markdown]
+# **Proof (6): the hand-written SyncBN**, checked here from the tensors the ranks saved: concatenated in rank
+# order, their outputs equal BatchNorm over the whole batch; so do the input gradients; the *sum* of the ranks'
+# weight and bias gradients (what DDP's all-reduce adds up, before dividing by the world size) equals the
+# full-batch gradient; and the running statistics are those of the global batch, identical on every rank.
+
+# %%
+from hand_syncbn import make_inputs  # noqa: E402
+
+x, g, weight, bias = make_inputs(world_size=4)
+x_ref = x.clone().requires_grad_()
+w_ref, b_ref = weight.clone().requires_grad_(), bias.clone().requires_grad_()
+ref_bn = nn.BatchNorm1d(3)
+y_ref = F.batch_norm(x_ref, ref_bn.running_mean, ref_bn.running_var, w_ref, b_ref, training=True)
+(y_ref * g).sum().backward()
+sb = [hres[r]["syncbn"] for r in range(4)]
+checks = {
+    "forward": torch.allclose(torch.cat([s["y"] for s in sb]), y_ref, atol=1e-5),
+    "grad x": torch.allclose(torch.cat([s["grad_x"] for s in sb]), x_ref.grad, atol=1e-5),
+    "grad weight (sum over ranks)": torch.allclose(sum(s["grad_w"] for s in sb), w_ref.grad, atol=1e-4),
+    "grad bias (sum over ranks)": torch.allclose(sum(s["grad_b"] for s in sb), b_ref.grad, atol=1e-4),
+    "running mean/var, every rank": all(torch.allclose(s["running_mean"], ref_bn.running_mean, atol=1e-5)
+                                        and torch.allclose(s["running_var"], ref_bn.running_var, atol=1e-5) for s in sb),
+}
+for name, ok in checks.items():
+    print(f"hand SyncBN vs global BatchNorm, {name}: {ok}")
+print("all_reduce calls per rank:", sb[0]["collectives"])
+assert all(checks.values())
+assert all(s["collectives"] == {"forward calls": 1, "forward numbers": 7, "backward calls": 1, "backward numbers": 6}
+           for s in sb)
+
+# %% [markdown]
+# **PyTorch's own.** `nn.SyncBatchNorm.convert_sync_batchnorm(model)` replaces every `BatchNorm*d` by
+# `nn.SyncBatchNorm` (copying weights and running statistics); do it *before* wrapping the model in DDP. Its
+# synchronised forward runs only on GPUs (and XPU/HPU): in training mode inside a process group, a CPU tensor
+# raises `ValueError` (shown with a group of one process). Outside a process group, or in `eval()` mode, it is
+# ordinary BatchNorm, so the conversion itself can be shown here.
+
+# %%
+net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Linear(4, 4), nn.BatchNorm1d(8))
+converted = nn.SyncBatchNorm.convert_sync_batchnorm(net)
+print([type(m).__name__ for m in converted])
+assert sum(isinstance(m, nn.SyncBatchNorm) for m in converted) == 2
+x_img = torch.randn(2, 3, 6, 6)
+print("no process group: output shape", tuple(converted(x_img).shape), "(plain BatchNorm)")
+if device.type == "cpu":
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError) as on_cpu:
+            converted(x_img)
+    finally:
+        dist.destroy_process_group()
+    print(f"in a process group, training mode, on the CPU: {on_cpu.type.__name__}: {on_cpu.value}")
+    assert "expected input tensor to be on GPU" in str(on_cpu.value)
+
+# %% [markdown]
+# **Proof (7): the ring.** The buffers after each step, next to the notes' table for the scatter-reduce phase
+# (machine 1 of the notes is rank 0): after step 3 each rank holds one finished chunk (rank 0: 32, rank 1: 36,
+# rank 2: 40, rank 3: 28), and the all-gather steps spread them.
+
+# %%
 NOTES_SCATTER_REDUCE = [  # the notes' three scatter-reduce steps, machines 1..4
     [[1, 2, 3, 20], [6, 6, 7, 8], [9, 16, 11, 12], [13, 14, 26, 16]],
     [[1, 2, 29, 20], [6, 6, 7, 28], [15, 16, 11, 12], [13, 30, 26, 16]],
@@ -465,42 +1215,42 @@ NOTES_SCATTER_REDUCE = [  # the notes' three scatter-reduce steps, machines 1..4
 ]
 for step in range(6):
     phase = "scatter-reduce" if step < 3 else "all-gather    "
-    row = [[int(v) for v in rres[r]["trace"][step]] for r in range(4)]
+    row = [[int(v) for v in hres[r]["trace"][step]] for r in range(4)]
     print(f"step {step + 1} {phase}: " + "  ".join(f"r{r}={row[r]}" for r in range(4)))
     if step < 3:
         assert row == NOTES_SCATTER_REDUCE[step]
-assert all(r["ring"].tolist() == [28, 32, 36, 40] and torch.equal(r["naive"], r["expected"]) for r in rres.values())
-assert all(torch.allclose(r["ring_vec"], r["ref_vec"], atol=1e-6) for r in rres.values())
+assert all(r["ring"].tolist() == [28, 32, 36, 40] and torch.equal(r["naive"], r["expected"]) for r in hres.values())
+assert all(torch.allclose(r["ring_vec"], r["ref_vec"], atol=1e-6) for r in hres.values())  # uneven chunks too
 
 # %% [markdown]
 # **The communication counts, measured** (each rank counted what it really sent and received):
 
 # %%
 print("rank | naive: messages sent/recv, numbers sent/recv | ring: messages sent/recv, numbers sent/recv")
-for r, res_r in rres.items():
+for r, res_r in hres.items():
     n_, g_ = res_r["naive_count"], res_r["ring_count"]
     print(f"  {r}  |        {n_['sent_messages']}/{n_['recv_messages']}            {n_['sent_numbers']:2}/{n_['recv_numbers']:2}"
           f"        |        {g_['sent_messages']}/{g_['recv_messages']}            {g_['sent_numbers']}/{g_['recv_numbers']}")
-busiest_naive = max(r["naive_count"]["sent_numbers"] + r["naive_count"]["recv_numbers"] for r in rres.values())
-busiest_ring = max(r["ring_count"]["sent_numbers"] + r["ring_count"]["recv_numbers"] for r in rres.values())
+busiest_naive = max(r["naive_count"]["sent_numbers"] + r["naive_count"]["recv_numbers"] for r in hres.values())
+busiest_ring = max(r["ring_count"]["sent_numbers"] + r["ring_count"]["recv_numbers"] for r in hres.values())
 print(f"busiest machine moves: naive {busiest_naive} numbers, ring {busiest_ring} numbers")
-assert [rres[r]["naive_count"]["recv_numbers"] for r in range(4)] == [12, 4, 4, 4]
-assert all(r["ring_count"]["sent_numbers"] == r["ring_count"]["recv_numbers"] == 6 for r in rres.values())
+assert [hres[r]["naive_count"]["recv_numbers"] for r in range(4)] == [12, 4, 4, 4]
+assert all(r["ring_count"]["sent_numbers"] == r["ring_count"]["recv_numbers"] == 6 for r in hres.values())
 assert (busiest_naive, busiest_ring) == (24, 12)
 
 # %% [markdown]
 # These are the notes' numbers: naive, machine 1 receives 12 and sends 12 (24 numbers through one machine) while
 # the others move 4 + 4; ring, every machine receives 6 and sends 6 (12). The ring needs more *messages* (6 per
 # machine instead of 1), which costs latency for small tensors — one reason NCCL switches between ring and tree
-# algorithms and DDP packs gradients into buckets of about 25 MB.
+# algorithms and DDP packs gradients into buckets of about 25 MiB.
 #
-# How it scales: the same algorithm simulated in one process (`simulate_ring`, the code the workers run, minus
-# the processes) for N = 2 … 8 machines and a vector of L = 840 numbers. Counting sent + received numbers, the
+# How it scales: the same algorithm simulated in one process (`simulate_ring`, the same schedule as the workers,
+# minus the processes) for N = 2 … 8 machines and a vector of L = 840 numbers. Counting sent + received numbers, the
 # naive machine 0 moves 2·(N−1)·L, growing with every machine added; a ring machine moves 4·(N−1)·L/N, which
 # approaches 4L and hardly grows.
 
 # %%
-from utils.ddp.ring_allreduce import simulate_ring  # noqa: E402
+from ring_allreduce import simulate_ring  # noqa: E402 - the module written above
 
 L = 840
 ns = list(range(2, 9))
@@ -524,49 +1274,24 @@ plt.legend()
 plt.tight_layout()
 plt.show()
 
-# %% [markdown]
-# ## 6. Several machines: two `torchrun` agents forming one job
-#
-# On a cluster you start one `torchrun` per machine with the same `--nnodes`, `--nproc_per_node`,
-# `--master_addr` (machine 0's address) and `--master_port`, and a different `--node_rank`. Machine 0 hosts the
-# rendezvous store; the others connect to it. (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-id=JOB`
-# is the elastic alternative, which assigns node ranks itself.) Here both "machines" are this one, at
-# 127.0.0.1, with one worker each, and run with `--device cpu`: two processes on the same node must not both
-# take `cuda:0`, which they would since each is `LOCAL_RANK` 0 of its "node".
-#
-# The global rank is `GROUP_RANK × nproc_per_node + LOCAL_RANK`: both workers have `LOCAL_RANK=0`, so
-# `LOCAL_RANK` is not unique across machines (use `RANK == 0` to decide who writes files).
-
-# %%
-nodes = run_torchrun_nodes("utils.ddp.hello", nnodes=2, nproc_per_node=1, args=["--device", "cpu", "--out", WORK / "nodes"])
-launch_seconds["2 nodes x 1 worker"] = nodes.wall_s
-for line in nodes.shell_lines():
-    print("$", line.replace(str(WORK), "$WORK"))
-nodes.print_ranks()
-nres = load_rank_results(WORK / "nodes")
-for rank, r in nres.items():
-    env = r["env"]
-    assert int(env["RANK"]) == int(env["GROUP_RANK"]) * 1 + int(env["LOCAL_RANK"]) == rank
-    assert env["LOCAL_RANK"] == "0" and env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
-port = int(nres[0]["env"]["MASTER_PORT"])
-print("rendezvous port released after the job:", port_is_free(port))
-assert port_is_free(port)
 
 # %% [markdown]
-# ## 7. Fault tolerance: a worker crashes, torchrun restarts the job, training resumes
+# ## 6. Fault tolerance: a worker crashes, torchrun restarts the job, training resumes
 #
-# DDP itself cannot survive a failed process: the others would wait for its `all_reduce` forever (until the
-# process-group timeout). TorchElastic, inside `torchrun`, handles it from the outside: with `--max_restarts=1`,
-# when a worker dies the agent stops the others and starts the whole group again (the environment variable
-# `TORCHELASTIC_RESTART_COUNT` tells the new workers which attempt this is). The script must do the rest:
-# **resume from the last checkpoint**.
+# DDP itself cannot survive a failed process: the others would wait in their next `all_reduce` (until the
+# process-group timeout of section 2, or until gloo notices the closed connection). TorchElastic, inside
+# `torchrun`, handles it from the outside: with `--max_restarts=1`, when a worker dies the agent stops the
+# others and starts the whole group again (the environment variable `TORCHELASTIC_RESTART_COUNT` tells the new
+# workers which attempt this is). The program must do the rest: **resume from the last checkpoint**.
 #
-# Same training as in section 3, but on the first attempt the last rank exits abruptly (`os._exit(1)`, like a
-# killed process) just before global step 6 — in the middle of epoch 1. Rank 0 notices that its peer
+# The same program as in section 3, but on the first attempt the last rank exits abruptly (`os._exit(1)`, like
+# a killed process) just before global step 6 — in the middle of epoch 1. Rank 0 notices that its peer
 # disappeared in the next `all_reduce` and fails too; torchrun restarts both, they load the checkpoint of
-# epoch 0 (step 4), and train epochs 1 and 2 again. Because the data order depends only on `(seed, epoch)`
-# (`set_epoch`) and the checkpoint holds the optimizer's momentum too, the final parameters are **bit for bit**
-# those of the run without a crash.
+# epoch 0 (step 4), and train epochs 1 and 2 again. Three things make the result **bit for bit** that of the
+# run without a crash: the data order depends only on `(seed, epoch)` (`set_epoch`); the checkpoint holds the
+# optimizer's momentum; and it holds **each rank's own RNG state**, which each rank restores
+# (`load_rng_state_dict(state["rng"][rank])`). Without that, a restarted rank would re-seed and start its random stream
+# from the beginning again; with one state saved for everybody (rank 0's), both ranks would draw the *same* noise.
 #
 # One practical detail, found the hard way while writing this notebook: by default the restarted workers reuse
 # the agent's rendezvous store, and a restarted worker sometimes reads the address its peer had in the *failed*
@@ -575,21 +1300,36 @@ assert port_is_free(port)
 # the launcher sets it whenever `--max_restarts` is used.
 
 # %%
-crash = run_torchrun("utils.ddp.train", nproc=2, max_restarts=1,
-                     args=[*TRAIN_ARGS, "--ckpt-dir", WORK / "ckpt_crash", "--out", WORK / "crash", "--crash-at-step", "6"])
-launch_seconds["train with a crash + restart"] = crash.wall_s
-print("$", crash.shell_lines()[0].replace(str(WORK), "$WORK"))
+crash = run_torchrun(RUNS / "ddp_train.py", nproc=2, max_restarts=1, timeout=300,
+                     args=["--ckpt", WORK / "ckpt_crash.pt", "--out", WORK / "crash", "--crash-at-step", "6"])
+launch_seconds["ddp_train, crash + restart"] = crash.wall_s
+print("$", shell(crash)[0])
 crash.print_ranks()
 cres = load_rank_results(WORK / "crash")
 same = all(torch.equal(cres[r]["params"][k], ddp_res[r]["params"][k]) for r in (0, 1) for k in ddp_res[r]["params"])
-print("exit status", crash.returncode, "| restarts", cres[0]["restart_count"],
+print("exit status", crash.returncode, "| attempt that finished", cres[0]["attempt"],
       "| final parameters identical to the run without a crash:", same)
-assert crash.returncode == 0 and cres[0]["restart_count"] == cres[1]["restart_count"] == 1 and same
+assert crash.returncode == 0 and cres[0]["attempt"] == cres[1]["attempt"] == 1 and same
 assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1") in crash.env
 assert "Connection closed by peer" in crash.stderr or "exitcode: 1" in crash.stderr  # the failure was real
 
 # %% [markdown]
-# ## 8. Bigger global batch, bigger learning rate: linear scaling with warm-up
+# **Every rank's random stream continued.** The restarted attempt drew its noise from step 4 on; on each rank
+# it is exactly the noise of the uninterrupted run at the same steps (not a repeat of step 0's), and the two
+# ranks' streams differ:
+
+# %%
+resumed_steps = sorted(cres[0]["noise"])
+print("steps trained by the restarted attempt:", resumed_steps)
+for r in (0, 1):
+    continued = all(torch.equal(cres[r]["noise"][s], ddp_res[r]["noise"][s]) for s in resumed_steps)
+    print(f"rank {r}: noise at steps 4-11 == the uninterrupted run's: {continued}")
+    assert continued and not torch.equal(cres[r]["noise"][4], ddp_res[r]["noise"][0])
+assert resumed_steps == list(range(4, 12)) and not torch.equal(cres[0]["noise"][4], cres[1]["noise"][4])
+
+
+# %% [markdown]
+# ## 7. Bigger global batch, bigger learning rate: linear scaling with warm-up
 #
 # With N processes and batch B each, one step sees N·B samples, and an epoch has N times fewer steps. The
 # notes' rule (Goyal et al., *Training ImageNet in 1 Hour*): multiply the learning rate by the same factor,
@@ -633,48 +1373,127 @@ plt.legend()
 plt.tight_layout()
 plt.show()
 
+
 # %% [markdown]
-# Every schedule starts at the single-GPU rate 0.1 and reaches the scaled rate (0.1 × N) after 5 epochs.
+# ## 8. CUDA streams: ordering work on one GPU
 #
+# DDP overlaps the gradient all-reduce with the backward pass by running NCCL on its own CUDA **stream** (流):
+# a queue of GPU work that runs in order, while work in *different* streams may run at the same time. Every GPU
+# has a default stream, and everything in this course so far ran on it, in order. With a side stream you get
+# the concurrency and the duty to order things yourself. The notes (001) give an example that computes a wrong
+# result: the default stream fills a tensor `A`, and `A.sum()` on a side stream may read it before the fill
+# has run, because the host only *queues* GPU work and the side stream does not wait for the default one.
+#
+# The tools: `s2.wait_stream(s1)` (work queued on `s2` from now on waits for everything queued on `s1` so far),
+# an event (`e = torch.cuda.Event(); e.record()` marks a point in the current stream; `s2.wait_event(e)` waits
+# for it), and `t.record_stream(s2)` (tell the caching allocator that `t`, allocated by another stream, is in use
+# on `s2`, so its memory is not handed out again before `s2`'s work is done). `torch.cuda._sleep` (an internal
+# helper the PyTorch tests use) keeps the default stream busy, so that the missing wait matters.
+#
+# The cell runs on a CUDA device; on this CPU-only machine it says why it skipped. It asserts only the
+# correctly ordered results: the unordered one *may* be wrong (it usually is, with the sleep), but a race is not
+# something to assert.
+
+# %%
+if device.type == "cuda":
+    n = 1 << 22  # 2**22 twos: the sum, 2**23, is exact in float32
+    side = torch.cuda.Stream()
+    main_stream = torch.cuda.current_stream()
+
+    A = torch.zeros(n, device=device)
+    main_stream.synchronize()
+    torch.cuda._sleep(50_000_000)  # the default stream is busy for a while ...
+    A.fill_(2.0)  # ... before it writes A
+    with torch.cuda.stream(side):
+        racy = A.sum()  # queued on the side stream: nothing makes it wait for the fill
+    main_stream.wait_stream(side)
+    print("no ordering: sum =", racy.item(), "(may be 0, the value before the fill)")
+
+    A = torch.zeros(n, device=device)
+    torch.cuda._sleep(50_000_000)
+    A.fill_(2.0)
+    side.wait_stream(main_stream)  # fix 1: the side stream waits for what the default stream has queued
+    with torch.cuda.stream(side):
+        B = A.sum()
+    A.record_stream(side)  # A is used on side: keep its memory until side's work is done
+    main_stream.wait_stream(side)  # and the default stream waits before it uses B
+    print("wait_stream: sum =", B.item())
+    assert B.item() == 2.0 * n
+
+    A = torch.zeros(n, device=device)
+    torch.cuda._sleep(50_000_000)
+    A.fill_(2.0)
+    filled = torch.cuda.Event()
+    filled.record()  # fix 2: mark the point right after the fill ...
+    side.wait_event(filled)  # ... and make the side stream wait for that point only
+    with torch.cuda.stream(side):
+        C = A.sum()
+    A.record_stream(side)
+    done = torch.cuda.Event()
+    done.record(side)
+    done.synchronize()  # the host waits until C is computed
+    print("event: sum =", C.item())
+    assert C.item() == 2.0 * n
+else:
+    print(f"device {device.type}: no CUDA device here (torch.cuda.is_available() = {torch.cuda.is_available()}); "
+          "the stream example runs only on a GPU")
+    assert device.type != "cuda"
+
+# %% [markdown]
 # ## 9. Nothing left behind
 #
-# Every script destroyed its process group (the "process group destroyed: True" lines above; the DDP scripts go
-# through the same `distributed()` context manager), and every process of every launch has exited: the
-# launcher marks its processes with an id in their environment, and `leftover_processes()` looks for any that
-# are still alive. The rendezvous port of the two-node job was released (checked in section 6).
+# Every program destroyed its process group (`destroy_process_group()` in a `finally:` block, or through
+# `utils.ddp.common.distributed()`; hello printed "process group destroyed: True"), and every process of every
+# launch has exited: the launcher marks its processes with an id in their environment, and
+# `leftover_processes()` looks for any that are still alive. The rendezvous port of the two-node job was
+# released (checked in section 2).
 
 # %%
 print("processes still alive from this notebook's launches:", leftover_processes())
-assert leftover_processes() == []
+assert leftover_processes() == [] and not dist.is_initialized()
 work.cleanup()
 
 # %% [markdown]
 # How long each launch took here (wall clock; it depends on the machine and on what else runs on it — each
-# worker spends about 2 s of CPU importing PyTorch):
+# process spends about 2 s of CPU importing PyTorch):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 for name, seconds in launch_seconds.items():
     print(f"{name:32} {seconds:5.1f} s")
-assert len(launch_seconds) == 6 and all(0 < s < 120 for s in launch_seconds.values())
+assert len(launch_seconds) == 5 and all(0 < s < 120 for s in launch_seconds.values())
 
 # %% [markdown]
 # ## Summary
 #
 # * **DataParallel** (one process, threads, model replicated every step, one machine) needs one line, but
-#   **DistributedDataParallel** (one process per device, gradients all-reduced during backward) is faster and
-#   is what PyTorch recommends. Reach your model's attributes through `.module`, and save
-#   `model.module.state_dict()` so the keys carry no `module.` prefix.
+#   **DistributedDataParallel** (one process per device) is faster and is what PyTorch recommends. Reach your
+#   model's attributes through `.module`, and save `model.module.state_dict()` so the keys carry no `module.`
+#   prefix.
+# * A job is a **process group** (进程组) of **world size** (世界大小) processes — not machines — each with a
+#   **rank** (秩), its global index, and a local rank, its index on its machine (its GPU). A device string names
+#   one device (`'cuda:1,2'` is an error), and a DDP process uses one GPU (`device_ids` with two entries is
+#   refused).
 # * Start DDP programs with **`torchrun`** (`--standalone --nproc_per_node=N` on one machine; `--nnodes`,
-#   `--node_rank`, `--master_addr`, `--master_port` on several). Read `RANK`, `LOCAL_RANK`, `WORLD_SIZE` from the
-#   environment; use `cuda:LOCAL_RANK` and NCCL on GPUs, gloo on CPUs; always `destroy_process_group()`.
-#   `torch.distributed.launch` and `--local_rank` arguments are the deprecated predecessors.
-# * DDP with batch B on N processes trains exactly like one process with batch N·B (proved above to 1e-6).
-#   `DistributedSampler` shards the data (padding so every rank runs the same steps) and needs `set_epoch`.
-# * Checkpoints: write on rank 0, `barrier()`, load everywhere with `map_location`. With `torchrun
-#   --max_restarts` and a resume-from-checkpoint at start, a crashed job finishes with the same parameters.
-# * SyncBatchNorm needs one all-reduce of (sum, sum of squares, count) forward and one backward;
-#   `nn.SyncBatchNorm.convert_sync_batchnorm` does it for you on GPUs.
+#   `--node_rank`, `--master_addr`, `--master_port` on several), or with `mp.spawn` and a worker that lives in a
+#   module. The DDP program: `init_process_group(backend, device_id=...)`, `DDP(model, device_ids=[local_rank])`
+#   (none on the CPU), `DistributedSampler` + `set_epoch`, rank-0 checkpoint + `barrier` + `map_location`,
+#   `destroy_process_group()`. The process group's `timeout` (30 min for gloo, 10 min for NCCL) turns a missing
+#   peer into an error.
+# * DDP broadcasts parameters once (constructor), **buffers before every forward** (`forward_sync_buffers=True`),
+#   and all-reduces (全规约) gradients in buckets during backward, averaged. With batch B on N processes it trains
+#   exactly like one process with batch N·B (proved above to 1e-6).
+# * Gradient accumulation (梯度累积): put the forward *and* backward of all but the last micro-batch inside
+#   `no_sync()`: 1 all-reduce instead of k, the same gradient.
+# * Checkpoints for a restartable job hold the model, the optimizer and **every rank's RNG state**; with `torchrun
+#   --max_restarts` and a resume at start, a crashed job finishes bit for bit like an uninterrupted one.
+# * Synchronised BatchNorm (同步批归一化) needs one all-reduce of (sum, sum of squares, count) forward and one
+#   backward, and gives global statistics on every rank; `nn.SyncBatchNorm.convert_sync_batchnorm` does it on
+#   GPUs.
 # * The ring all-reduce sends and receives 2(N−1)L/N numbers per machine, where the naive way pushes (N−1)L
 #   each way through one machine: measured 6 + 6 = 12 against 12 + 12 = 24 for the notes' 4 machines.
-# * Scale the learning rate with the global batch, and warm up to it.
+# * Scale the learning rate with the global batch, and warm up to it. On a GPU, work on a side stream must be
+#   ordered by hand (`wait_stream`, events, `record_stream`).
+#
+# Training a model too large for one GPU's memory needs its parameters *sharded* across processes rather than
+# copied: notebook 09, sharding and distributed checkpoints.

@@ -1,83 +1,33 @@
-"""utils.ddp: the pure parts in-process, and one real torchrun launch end to end (about 10 s of the suite)."""
+"""utils.ddp: the launch plumbing (common.py) in-process, and one real torchrun launch of hello end to end."""
 
 import sys
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from utils.ddp.common import choose_backend, env_int, report
-from utils.ddp.ring_allreduce import chunk_slices, ring_schedule, simulate_ring
-from utils.ddp.syncbn import HandSyncBatchNorm, SyncBatchNormFunction
-from utils.ddp.train import ToyModel, make_data
+from utils.ddp.common import choose_backend, distributed, env_int, report, save_result
 from utils.launch import TorchrunError, leftover_processes, load_rank_results, run_torchrun
 
 
-def test_chunk_slices_cover_evenly():
-    sizes = [s.stop - s.start for s in chunk_slices(10, 4)]
-    assert sizes == [3, 3, 2, 2]
-    assert [s.stop - s.start for s in chunk_slices(2, 4)] == [1, 1, 0, 0]
-    with pytest.raises(ValueError):
-        chunk_slices(4, 0)
+def test_distributed_joins_and_always_destroys(monkeypatch, tmp_path):
+    """distributed() joins the group torchrun describes (here: one process) and destroys it, even after an error."""
+    from utils.launch import free_port
 
-
-def test_ring_schedule_matches_the_notes():
-    # machine 1 (rank 0) first sends its chunk 0 and receives chunk 3 from machine 4
-    assert ring_schedule(0, 4)[0] == ("scatter-reduce", 0, 3)
-    assert len(ring_schedule(2, 5)) == 8
-    with pytest.raises(ValueError):
-        ring_schedule(4, 4)
-
-
-@pytest.mark.parametrize(("n", "length"), [(1, 3), (2, 5), (4, 4), (5, 3), (7, 20)])
-def test_simulated_ring_sums_and_counts(n, length):
-    gen = torch.Generator().manual_seed(n)
-    vectors = torch.randint(-50, 50, (n, length), generator=gen).double().tolist()
-    result, counts = simulate_ring(vectors)
-    total = torch.tensor(vectors).sum(0).tolist()
-    assert all(v == total for v in result)
-    assert all(c.sent_messages == c.recv_messages == 2 * (n - 1) for c in counts)
-    if length % n == 0:
-        assert all(c.sent_numbers == 2 * (n - 1) * length // n for c in counts)
-
-
-@pytest.fixture
-def single_process_group():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
-def test_hand_syncbn_gradcheck_and_batchnorm(single_process_group):
-    x = torch.randn(6, 3, 4, dtype=torch.double, requires_grad=True)
-    w = torch.randn(3, dtype=torch.double, requires_grad=True)
-    b = torch.randn(3, dtype=torch.double, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda *t: SyncBatchNormFunction.apply(*t, 1e-5)[0], (x, w, b))
-    bn = HandSyncBatchNorm(3).double()
-    ref = torch.nn.BatchNorm1d(3).double()
-    torch.testing.assert_close(bn(x), ref(x))
-    torch.testing.assert_close(bn.running_mean, ref.running_mean)
-    torch.testing.assert_close(bn.running_var, ref.running_var)
-    bn.eval()
-    ref.eval()
-    torch.testing.assert_close(bn(x), ref(x))
-    assert set(bn.state_dict()) == set(ref.state_dict())
-
-
-def test_hand_syncbn_without_group_is_batchnorm_and_checks_shape():
-    bn = HandSyncBatchNorm(2)
-    x = torch.randn(5, 2)
-    torch.testing.assert_close(bn(x), F.batch_norm(x, None, None, training=True))
-    with pytest.raises(ValueError, match="expected input"):
-        bn(torch.randn(5, 3))
-    with pytest.raises(ValueError):
-        HandSyncBatchNorm(0)
-
-
-def test_data_and_model_are_deterministic():
-    assert torch.equal(make_data(8, seed=1)[0], make_data(8, seed=1)[0])
-    assert ToyModel()(torch.randn(4, 10)).shape == (4, 5)
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(name, value)
+    with distributed("cpu", timeout_s=30) as info:
+        assert dist.is_initialized() and (info.rank, info.world_size, info.backend) == (0, 1, "gloo")
+        assert info.device == torch.device("cpu") and info.restart_count == 0
+        save_result(tmp_path, {"rank": info.rank})
+    assert not dist.is_initialized()
+    assert load_rank_results(tmp_path) == {0: {"rank": 0}}
+    with pytest.raises(ZeroDivisionError), distributed("cpu", timeout_s=30):
+        1 / 0
+    assert not dist.is_initialized()
+    with pytest.raises(TypeError, match="must be a dict"):
+        save_result(tmp_path, [1])
 
 
 def test_env_helpers_without_torchrun(monkeypatch, capfd):

@@ -26,7 +26,7 @@ def test_standalone_command():
     cmd = torchrun_command("utils.ddp.hello", 2, ["--out", "x"])
     assert cmd[:3] == [PY, "-m", "torch.distributed.run"]
     assert cmd[3:] == ["--standalone", "--nproc_per_node=2", "-m", "utils.ddp.hello", "--out", "x"]
-    assert "--max_restarts=1" in torchrun_command("utils.ddp.train", 2, max_restarts=1)
+    assert "--max_restarts=1" in torchrun_command("utils.ddp.hello", 2, max_restarts=1)
 
 
 def test_script_path_command(tmp_path):

@@ -2,12 +2,14 @@
 
 A notebook cannot start DDP workers from functions defined in its own cells (``mp.spawn``
 pickles them by name from ``__main__``, which a kernel does not have). What works every time is
-what a user types in a shell: ``torchrun`` running a module that lives in the repository. This
-module wraps that command so a cell can run it and show what the workers reported::
+what a user types in a shell: ``torchrun`` running a script, either a module of the repository or
+a ``.py`` file that the notebook wrote with ``%%writefile`` (notebook 08 does both). This module
+wraps that command so a cell can run it and show what the workers reported::
 
     from utils.launch import run_torchrun
 
     result = run_torchrun("utils.ddp.hello", nproc=2)   # python -m torch.distributed.run --standalone ...
+    result = run_torchrun(RUNS / "ddp_train.py", nproc=2, args=["--out", out])  # a file the notebook wrote
     print("\\n".join(result.rank_lines()))              # "[rank 0] ...", then "[rank 1] ..."
 
 What it takes care of:
@@ -378,7 +380,7 @@ def run_torchrun(
     """Run ``torchrun --standalone --nproc_per_node=nproc -m module *args`` and wait for it.
 
     Args:
-        module: the script, as a module of this repository (``"utils.ddp.train"``) or the path of a
+        module: the script, as a module of this repository (``"utils.ddp.hello"``) or the path of a
             ``.py`` file (str ending in ``.py``, or a ``Path``), such as one a notebook wrote.
         nproc: worker processes (ranks) on this machine.
         args: the script's own command-line arguments.

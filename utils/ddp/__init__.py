@@ -1,13 +1,11 @@
-"""Distributed-training scripts of notebook 08, each runnable by ``torchrun``.
+"""Launch plumbing for the distributed programs of notebook 08 (and the smallest one, ``hello``).
 
-Run one the way a user would (from the repository root)::
+The DDP program, the hand-written SyncBatchNorm and the ring all-reduce are written *in* notebook 08
+(``%%writefile`` cells into ``notebooks/runs/``); what lives here is what those programs share and
+what must be importable by ``-m``:
 
-    torchrun --standalone --nproc_per_node=2 -m utils.ddp.hello
-    torchrun --standalone --nproc_per_node=2 -m utils.ddp.train --epochs 3 --out runs/ddp
-    torchrun --standalone --nproc_per_node=2 -m utils.ddp.syncbn --out runs/syncbn
-    torchrun --standalone --nproc_per_node=4 -m utils.ddp.ring_allreduce --out runs/ring
-
-or from Python with :func:`utils.launch.run_torchrun`. Every script prints ``[rank N] ...`` lines
-(:func:`utils.ddp.common.report`), may write its results to ``--out DIR/rank<N>.pt``, and always
-destroys its process group on the way out (:func:`utils.ddp.common.distributed`).
+* :mod:`utils.ddp.common`: joining and always destroying the process group (``distributed()``),
+  ``[rank N]`` report lines, result files (``save_result``) read back with
+  ``utils.launch.load_rank_results``;
+* :mod:`utils.ddp.hello`: the smallest program, ``torchrun --standalone --nproc_per_node=2 -m utils.ddp.hello``.
 """
