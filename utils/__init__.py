@@ -10,9 +10,20 @@ Typical use in a notebook::
 
 from utils.device import DEVICE_ENV_VAR, get_device
 from utils.paths import DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, relpath
-from utils.plotting import plot_curves, plot_image_grid, plot_matrix
 from utils.seed import seed_everything
 from utils.show import fmt, show, show_warning
+
+_LAZY = {"plot_curves", "plot_image_grid", "plot_matrix"}
+
+
+def __getattr__(name: str):
+    # The plotting helpers import matplotlib (about a second); worker processes of notebooks 08
+    # and 09 import utils but never plot, so it is imported on first use only.
+    if name in _LAZY:
+        from utils import plotting
+
+        return getattr(plotting, name)
+    raise AttributeError(f"module 'utils' has no attribute {name!r}")
 
 __all__ = [
     "DATA_DIR",
