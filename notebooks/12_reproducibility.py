@@ -15,7 +15,7 @@
 # [notebook 07](07_mixed_precision.ipynb), §4; choosing GPUs with `CUDA_VISIBLE_DEVICES` in the setup of
 # [notebook 08](08_data_parallel_ddp.ipynb). They are only linked here.
 #
-# **Study time:** about 25 min. **Run time:** 20 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 25 min. **Run time:** 40 s on the 2-core course machine (one thread, measured by
 # `make execute`).
 #
 # **On a GPU:** section 2 checks, in a fresh process without `CUBLAS_WORKSPACE_CONFIG`, that deterministic mode
@@ -84,9 +84,9 @@ if original is None:
     del os.environ["PYTHONHASHSEED"]
 else:
     os.environ["PYTHONHASHSEED"] = original
-print("new interpreters: same seed -> same hash:", hash_in_new_python("1") == hash_in_new_python("1"),
-      "| other seed -> other hash:", hash_in_new_python("1") != hash_in_new_python("2"))
-assert hash("torch") == before and hash_in_new_python("1") != hash_in_new_python("2")
+same, other = hash_in_new_python("1") == hash_in_new_python("1"), hash_in_new_python("1") != hash_in_new_python("2")
+print("new interpreters: same seed -> same hash:", same, "| other seed -> other hash:", other)
+assert hash("torch") == before and same and other
 
 # %% [markdown]
 # ## 2. Deterministic algorithms (确定性算法)
@@ -102,7 +102,7 @@ assert hash("torch") == before and hash_in_new_python("1") != hash_in_new_python
 # set before the process's first cuBLAS call, and older PyTorch releases made every cuBLAS matrix product raise a
 # `RuntimeError` in deterministic mode without it. The reason was NVIDIA's: with several CUDA streams, cuBLAS may
 # pick different internal implementations unless each stream has its own workspace. PyTorch has long given each
-# cuBLAS handle and stream its own workspace (`cublasSetWorkspace`, since 1.13), which is what NVIDIA asks for,
+# cuBLAS handle and stream its own workspace (`cublasSetWorkspace`, since 2022), which is what NVIDIA asks for,
 # so in late 2025 it dropped the requirement and the check (pull request #161749). PyTorch 2.14 has no such check,
 # and `use_deterministic_algorithms`' documentation no longer names the variable. The variable only sets the size
 # of those workspaces now, read once at the first cuBLAS call; `torch.backends.cuda.cublas_workspace_size(n)`
@@ -235,9 +235,9 @@ assert left != right
 # ## 4. Environment checks
 #
 # The cookbook opens by printing versions; report them with every result you want to reproduce. On a GPU
-# machine: `torch.version.cuda` is the CUDA version PyTorch was **built** with (pip wheels bundle CUDA and cuDNN,
-# so only the driver must be installed, as the notes found), `torch.backends.cudnn.version()` the cuDNN version,
-# `torch.cuda.get_device_name(i)` each GPU.
+# machine: `torch.version.cuda` is the CUDA version PyTorch was **built** with (Linux pip wheels pull in the
+# CUDA runtime, cuBLAS and cuDNN as `nvidia-*` packages, so only the driver must be installed, as the notes
+# found), `torch.backends.cudnn.version()` the cuDNN version, `torch.cuda.get_device_name(i)` each GPU.
 #
 # The notes also say TF32 (a faster, less precise float32 on Ampere and later GPUs) is on by default for matrix
 # products; that was PyTorch 1.7–1.11 ([notebook 07](07_mixed_precision.ipynb), §4 explains TF32). The print
