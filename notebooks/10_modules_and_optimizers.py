@@ -24,8 +24,9 @@
 # **On a GPU:** the optimizer demonstration of section 2.1 moves its layer to `cuda`; everything else runs on
 # the CPU by design (the lessons are about bookkeeping, not speed). The stored outputs were made on the CPU.
 #
-# The notes were written for PyTorch 1.x. Where they use APIs that are gone (`scheduler.get_lr()` from outside,
-# `pretrained=True`, `Variable`), the notebook says so and shows the current way.
+# The notes were written for PyTorch 1.x. Where they use APIs that are obsolete (`scheduler.get_lr()` called from
+# outside warns, torchvision's `pretrained=True` is deprecated, `Variable` is a leftover alias of `Tensor`), the
+# notebook says so and shows the current way.
 
 # %% [markdown]
 # ## Setup
@@ -48,6 +49,7 @@ seed_everything(0)
 device = get_device()
 print("torch", torch.__version__.split("+")[0], "| device:", device.type)
 
+# %% [markdown]
 # ## 1. `nn.Module` from the inside
 #
 # ### 1.1 Where a module keeps its state
@@ -57,7 +59,7 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type)
 #
 # | you write in `__init__` | it lands in | returned by | in `state_dict()` | converted by `.to()` |
 # |---|---|---|---|---|
-# | `self.fc = nn.Linear(...)` | `_modules` | `children()`, `modules()` | its own entries | yes |
+# | `self.fc = nn.Linear(...)` (a sub-module, 子模块) | `_modules` | `children()`, `modules()` | its own entries | yes |
 # | `self.w = nn.Parameter(...)` | `_parameters` | `parameters()` | yes | yes |
 # | `self.register_buffer("b", t)` | `_buffers` | `buffers()` | yes | yes |
 # | `self.register_buffer("b", t, persistent=False)` | `_buffers` | `buffers()` | **no** | yes |
@@ -146,7 +148,7 @@ assert sum(p.numel() for p in Blocks(nn.ModuleList).parameters()) == 3 * (16 + 4
 # ### 1.4 Initialisation by walking `modules()`
 #
 # `model.modules()` yields every module recursively (the model itself first), and `named_modules()` yields
-# `(name, module)` pairs with dotted names. The notes' initialisation loop uses **Kaiming (He) initialisation**
+# `(name, module)` pairs with dotted names. The notes' initialisation (初始化) loop uses **Kaiming (He) initialisation**
 # for convolutions followed by ReLU: weights drawn from a normal distribution with standard deviation
 # $\sqrt{2/\text{fan}}$, where `mode="fan_out"` uses fan = out_channels × kernel area. `model.apply(fn)` is the
 # same walk written as a callback. We check the measured standard deviation against the formula.
@@ -312,14 +314,15 @@ assert all(not layer.training for layer in drop.modules())  # eval() reaches eve
 # `torch.var` and `torch.std` compute the unbiased estimate by default (divide by n − 1), as the notes stress.
 # LayerNorm normalises with the **biased** variance (有偏估计, divide by n). The notes' hand-written LayerNorm
 # therefore rescales the unbiased variance by (C − 1)/C. Today the clearer spelling is `var(correction=0)`
-# (`correction` replaced the older `unbiased=` flag). NumPy's `np.var` is biased by default: another trap when
-# porting code.
+# (`correction` generalises the older `unbiased=` flag, which still works). NumPy's `np.var` is biased by
+# default: another trap when porting code.
 
 # %%
 v = torch.arange(11.0)
 print(f"torch var {v.var():.1f} (unbiased) | var(correction=0) {v.var(correction=0):.1f} | numpy var "
       f"{np.var(v.numpy()):.1f} | std {v.std():.4f}")
-assert v.var() == 11 and v.var(correction=0) == 10 == np.var(v.numpy())
+assert math.isclose(v.var(), 11, rel_tol=1e-6) and math.isclose(v.var(correction=0), 10, rel_tol=1e-6)
+assert math.isclose(np.var(v.numpy()), 10, rel_tol=1e-6)
 
 seed_everything(0)
 B, C = 3, 4
@@ -349,14 +352,16 @@ print("nn.LayerNorm([4, 3]) equals the hand-written version over the last two di
 # stays in it, `detach().clone()` gives an independent copy with no history. See
 # [notebook 01](01_tensors.ipynb), §9.
 
+# %% [markdown]
 # ## 2. Optimizers and schedules
 #
 # ### 2.1 The device before the optimizer
 #
 # The order of a training step, which the notes quote (`optimizer.zero_grad()` → forward → `loss.backward()` →
 # `optimizer.step()`), is written out in [notebook 04](04_mnist_cnn.ipynb), §13; `scheduler.step()` comes after
-# the optimizer's step (section 2.5). The optimizer stores **references to the parameter tensors** it was given (the notes' translation still says they "should be
-# `Variable`s": `Variable` was merged into `Tensor` in PyTorch 0.4).
+# the optimizer's step (section 2.5). The optimizer stores **references to the parameter tensors** it was given
+# (the notes' translation still says they "should be `Variable`s": `Variable` was merged into `Tensor` in
+# PyTorch 0.4, and `torch.autograd.Variable(t)` now simply returns a tensor).
 #
 # The notes add: move the model to the GPU *before* building the optimizer. Today `module.to()` converts parameters
 # in place (same Python objects), so most code survives the wrong order; but conversions that create new parameter
@@ -412,16 +417,19 @@ for name, group in zip(("backbone", "head"), optimizer.param_groups):
 assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(resnet.parameters()))
 try:
     torch.optim.SGD([{"params": resnet.parameters()}, {"params": resnet.fc.parameters()}], lr=0.1)
+    refused = None
 except ValueError as err:
+    refused = err
     print(f"{type(err).__name__}: {err}")
+assert refused is not None and "more than one parameter group" in str(refused)
 
 # %% [markdown]
 # ### 2.3 No weight decay for biases and normalisation weights
 #
 # **Weight decay (权重衰减)** pulls weights toward zero. Many training recipes exempt biases and the scale and
-# shift of normalisation layers: a bias or a norm's scale has no "too large a weight" to regularise, and with
-# normalisation right after a layer, decaying its scale fights what normalisation just learned to set. This is
-# common practice rather than a law: decaying them can hurt, the evidence that exempting them helps comes from
+# shift of normalisation layers: they are few numbers that cannot overfit by growing large, so decaying them only
+# drags each channel's output scale and offset toward zero, a constraint on what the network can represent rather
+# than a regulariser. This is common practice rather than a law: decaying them can hurt, the evidence that exempting them helps comes from
 # particular models (ResNets, transformers), and some recipes decay everything with little difference. Detection
 # code (the notes quote YOLOv5) builds three groups: BatchNorm weights (no decay), other weights (decay), biases
 # (no decay). The notes test `isinstance(v, nn.BatchNorm2d)`, so a LayerNorm or GroupNorm weight would be decayed
@@ -460,10 +468,11 @@ assert any(p is block[1].weight for p in g1)
 # %% [markdown]
 # ### 2.4 `optimizer.step(closure)`: LBFGS
 #
-# Most optimizers take one step from the gradient already computed. Quasi-Newton methods such as **L-BFGS**
-# evaluate the loss several times per step (line search), so `step` takes a **closure** that clears the gradients,
-# recomputes the loss, calls `backward()` and returns the loss. On a least-squares problem L-BFGS reaches the exact
-# solution (`torch.linalg.lstsq`) in a few steps.
+# Most optimizers take one step from the gradient already computed. `torch.optim.LBFGS`, a quasi-Newton method,
+# needs the loss and gradient at new points *during* its step: one `step()` runs up to `max_iter` inner iterations
+# (20 by default), and the optional line search (`line_search_fn="strong_wolfe"`) evaluates trial points too. So
+# `step` takes a **closure (闭包)** that clears the gradients, recomputes the loss, calls `backward()` and returns the
+# loss. On a least-squares problem L-BFGS reaches the exact solution (`torch.linalg.lstsq`) in a few steps.
 
 # %%
 seed_everything(0)
@@ -488,13 +497,14 @@ for _ in range(2):
 exact = torch.linalg.lstsq(X, y.unsqueeze(1)).solution.squeeze(1)
 print("L-BFGS:", fmt(w, 3), "| lstsq:", fmt(exact, 3), "| closure called more than once per step:", calls > 2)
 torch.testing.assert_close(w.detach(), exact, atol=1e-4, rtol=1e-4)
+assert calls > 2
 
 # %% [markdown]
 # ### 2.5 Learning-rate schedulers: the notes' `LambdaLR` examples
 #
 # A **learning-rate scheduler (学习率调度器**; the notes say 学习率调整策略) changes `param_groups[i]["lr"]` each
-# time `scheduler.step()` is called. `LambdaLR` sets `lr = base_lr * f(epoch)`, where `epoch` counts the scheduler's steps. The notes' first example
-# uses f(e) = (e + 1)²: with base 0.1 the rates are 0.1, 0.4, 0.9, 1.6, and since the gradient of `sum(x)` is 1,
+# time `scheduler.step()` is called. `LambdaLR` sets `lr = base_lr * f(epoch)`, where `epoch` counts the
+# scheduler's steps. The notes' first example uses f(e) = (e + 1)²: with base 0.1 the rates are 0.1, 0.4, 0.9, 1.6, and since the gradient of `sum(x)` is 1,
 # `x` moves by exactly the current rate. The notes print the rate with `scheduler.get_lr()`; the public method
 # is **`get_last_lr()`** (see below why).
 
@@ -551,6 +561,8 @@ for w in caught:
     print(f"{w.category.__name__}: {str(w.message)[:75]}...")
 print(f"lr in use: get_last_lr() = {scheduler.get_last_lr()[0]:.3f} | get_lr() = {from_get_lr[0]:.3f}")
 assert math.isclose(scheduler.get_last_lr()[0], 0.09) and math.isclose(from_get_lr[0], 0.081)
+assert [w.category for w in caught] == [UserWarning, UserWarning]
+assert "before `optimizer.step()`" in str(caught[0].message) and "get_last_lr()" in str(caught[1].message)
 
 # %% [markdown]
 # ### 2.6 Chained schedulers, warm-up, cosine, one-cycle, plateau
@@ -562,6 +574,8 @@ assert math.isclose(scheduler.get_last_lr()[0], 0.09) and math.isclose(from_get_
 #   large rate at the start can diverge, so it is raised gradually ("Training ImageNet in 1 Hour").
 #   `SequentialLR` runs a `LinearLR` warm-up, then hands over to `CosineAnnealingLR`.
 # * **One-cycle** (`OneCycleLR`) rises to `max_lr` then anneals far below the start; it is stepped every **batch**.
+# * **Warm restarts** (`CosineAnnealingWarmRestarts`, "SGDR") anneal along a cosine for `T_0` steps, then jump
+#   back to the base rate and start again.
 # * **`ReduceLROnPlateau`** reads a validation metric: `scheduler.step(val_loss)` divides the rate by 10 when the
 #   metric has not improved for `patience` epochs.
 
@@ -681,7 +695,7 @@ with torch.no_grad():
     test_final = F.mse_loss(model(X[768:]), y[768:]).item()
     test_swa = F.mse_loss(swa_model(X[768:]), y[768:]).item()
 print(f"test MSE: last weights {test_final:.3f} | SWA weights {test_swa:.3f}")
-assert 0.95 * test_final < test_swa < 1.1 * test_final  # close to the last weights, and not better
+assert 0.95 * test_final < test_swa < 1.1 * test_final  # within -5 % / +10 % of the last weights: no clear gain
 
 # %% [markdown]
 # Here SWA is **not** better: the averaged weights score a slightly higher test error than the last ones (the
@@ -691,7 +705,7 @@ assert 0.95 * test_final < test_swa < 1.1 * test_final  # close to the last weig
 # high constant or cyclic learning rate, where the iterates keep moving around a wide minimum. Measure it on your
 # own validation set before keeping it.
 #
-# An **exponential moving average (EMA)** of the weights is the same tool with another averaging rule:
+# An **exponential moving average (EMA, 指数移动平均)** of the weights is the same tool with another averaging rule:
 # `AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))` keeps `ema = decay · ema + (1 − decay) · w`
 # (the first update copies the weights). Pass `use_buffers=True` to average BatchNorm's buffers too instead of
 # calling `update_bn`.
@@ -711,8 +725,9 @@ print("EMA weight moved by", fmt(ema.module.weight - w0, 4), "= 0.1 of the chang
 # ### 2.8 Gradient clipping (梯度裁剪)
 #
 # `clip_grad_norm_(parameters, max_norm)` treats all gradients as **one** concatenated vector: it computes their
-# total norm, and if it exceeds `max_norm` multiplies every gradient by `max_norm / (total_norm + 1e-6)`. The
-# direction is kept, and the function returns the norm *before* clipping (useful to log). The notes reproduce the
+# total norm and multiplies every gradient by `min(1, max_norm / (total_norm + 1e-6))`, so only a norm above
+# `max_norm` shrinks them (the multiplication always happens: an `if` would force a GPU-to-CPU synchronisation).
+# The direction is kept, and the function returns the norm *before* clipping (useful to log). The notes reproduce the
 # 1.9 source; today's version is vectorised but computes the same thing. We check it against the norm computed by
 # hand. `clip_grad_value_` instead clamps each element to [−v, v], which changes the direction.
 

@@ -4,8 +4,8 @@
 # **What you learn.** How to make a training run repeat bit for bit, and what breaks it:
 #
 # 1. one random seed (随机种子) for every generator, and why `PYTHONHASHSEED` set inside a program does nothing;
-# 2. deterministic algorithms (确定性算法): `torch.use_deterministic_algorithms`, what it refuses, what cuDNN and
-#    cuBLAS need, and when `CUBLAS_WORKSPACE_CONFIG` must be set;
+# 2. deterministic algorithms (确定性算法): `torch.use_deterministic_algorithms`, what it refuses, what cuDNN
+#    needs, and why the `CUBLAS_WORKSPACE_CONFIG` variable that older guides require is no longer needed;
 # 3. proof: two seeded training runs give identical parameters, one extra random draw changes them, and why
 #    another machine may still differ in the last bits;
 # 4. the versions to record with every result.
@@ -15,47 +15,38 @@
 # [notebook 07](07_mixed_precision.ipynb), §4; choosing GPUs with `CUDA_VISIBLE_DEVICES` in the setup of
 # [notebook 08](08_data_parallel_ddp.ipynb). They are only linked here.
 #
-# **Study time:** about 25 min. **Run time:** 25 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 25 min. **Run time:** 40 s on the 2-core course machine (one thread, measured by
 # `make execute`).
 #
-# **On a GPU:** `CUBLAS_WORKSPACE_CONFIG` is set by the setup cell before any CUDA work, deterministic mode then
-# also covers cuBLAS, and section 4 prints the CUDA and cuDNN versions and the GPU names; on the CPU it prints
-# the same kind of line instead. The stored outputs were made on the CPU.
+# **On a GPU:** section 2 checks, in a fresh process without `CUBLAS_WORKSPACE_CONFIG`, that deterministic mode
+# runs cuBLAS matrix products and repeats them bit for bit, and section 4 prints the CUDA and cuDNN versions and
+# the GPU names; on the CPU each prints the same kind of line instead. The stored outputs were made on the CPU.
 #
 # The notes were written for PyTorch 1.x: `torch.set_deterministic` is gone, and TF32 is no longer on by default
 # for matrix products. Both are shown below.
 
 # %% [markdown]
 # ## Setup
-#
-# `CUBLAS_WORKSPACE_CONFIG=:4096:8` makes cuBLAS use fixed workspaces, which deterministic mode needs on CUDA 10.2
-# and later. cuBLAS reads it when the process first uses cuBLAS (its first matrix product on the GPU), so it is
-# set here, before `torch` is imported and before any CUDA work; setting it later in a GPU session would have no
-# effect. On the CPU it is harmless.
 
 # %%
 import os
+import random
+import subprocess
+import sys
 
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call of this process
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-import random  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
-
-from utils import get_device, seed_everything  # noqa: E402
+from utils import get_device, seed_everything
 
 seed_everything(0)
 device = get_device()
-print("torch", torch.__version__.split("+")[0], "| device:", device.type,
-      "| CUBLAS_WORKSPACE_CONFIG =", os.environ["CUBLAS_WORKSPACE_CONFIG"])
-assert os.environ["CUBLAS_WORKSPACE_CONFIG"] in (":4096:8", ":16:8")
+print("torch", torch.__version__.split("+")[0], "| device:", device.type)
 
+# %% [markdown]
 # ## 1. One seed for every generator
 #
 # **Reproducibility (可复现性**, the notes also say 重现) starts with the seeds. A run draws random numbers from
@@ -93,9 +84,9 @@ if original is None:
     del os.environ["PYTHONHASHSEED"]
 else:
     os.environ["PYTHONHASHSEED"] = original
-print("new interpreters: same seed -> same hash:", hash_in_new_python("1") == hash_in_new_python("1"),
-      "| other seed -> other hash:", hash_in_new_python("1") != hash_in_new_python("2"))
-assert hash("torch") == before and hash_in_new_python("1") != hash_in_new_python("2")
+same, other = hash_in_new_python("1") == hash_in_new_python("1"), hash_in_new_python("1") != hash_in_new_python("2")
+print("new interpreters: same seed -> same hash:", same, "| other seed -> other hash:", other)
+assert hash("torch") == before and same and other
 
 # %% [markdown]
 # ## 2. Deterministic algorithms (确定性算法)
@@ -104,44 +95,86 @@ assert hash("torch") == before and hash_in_new_python("1") != hash_in_new_python
 # threads finish, and cuDNN may pick a different convolution algorithm each run. The notes' switch
 # `torch.set_deterministic(True)` (PyTorch 1.7) was renamed **`torch.use_deterministic_algorithms(True)`** in 1.8
 # and removed later. With it, PyTorch uses deterministic implementations where they exist and **raises** for
-# operations that have none (`warn_only=True` turns that into a warning). On CUDA it also needs the environment
-# variable `CUBLAS_WORKSPACE_CONFIG=:4096:8` (without it, deterministic mode makes cuBLAS matrix products raise).
-# cuBLAS reads it at the process's first cuBLAS call, so the setup cell set it before any CUDA work;
-# `seed_everything(seed, deterministic=True)` also sets it when it is unset, which only helps if that call comes
-# before the first matrix product on the GPU. cuDNN needs `cudnn.deterministic = True` with
-# `cudnn.benchmark = False`. The cookbook in the notes sets `benchmark = True`
-# *and* `deterministic = True`: the benchmark still times algorithms each run, so choose `benchmark = False` when
+# operations that have none (`warn_only=True` turns that into a warning).
+#
+# **cuBLAS and `CUBLAS_WORKSPACE_CONFIG`.** Many guides (and PyTorch's own documentation until 2025) say that
+# deterministic mode on CUDA also needs the environment variable `CUBLAS_WORKSPACE_CONFIG=:4096:8` (or `:16:8`),
+# set before the process's first cuBLAS call, and older PyTorch releases made every cuBLAS matrix product raise a
+# `RuntimeError` in deterministic mode without it. The reason was NVIDIA's: with several CUDA streams, cuBLAS may
+# pick different internal implementations unless each stream has its own workspace. PyTorch has long given each
+# cuBLAS handle and stream its own workspace (`cublasSetWorkspace`, since 2022), which is what NVIDIA asks for,
+# so in late 2025 it dropped the requirement and the check (pull request #161749). PyTorch 2.14 has no such check,
+# and `use_deterministic_algorithms`' documentation no longer names the variable. The variable only sets the size
+# of those workspaces now, read once at the first cuBLAS call; `torch.backends.cuda.cublas_workspace_size(n)`
+# changes it at run time. This course does not set it.
+#
+# cuDNN convolutions: deterministic mode already restricts cuDNN to deterministic algorithms (it implies the older,
+# narrower switch `cudnn.deterministic = True`: `aten/src/ATen/native/Convolution.cpp` passes
+# `deterministicCuDNN() || deterministicAlgorithms()`), but `cudnn.benchmark = True` times the candidates on each new
+# input shape and keeps the fastest, and the winner can differ from run to run, and so can its rounding. The
+# cookbook in the notes sets `benchmark = True` *and* `deterministic = True`: choose `benchmark = False` when
 # results must repeat. `seed_everything(seed, deterministic=True)` sets all of these.
 #
 # A CPU example of an operation refused in deterministic mode is `put_` with its default `accumulate=False`
-# (with repeated indices, which write wins is undefined, so it is refused whatever the indices). Deterministic mode also fills memory from `torch.empty` with NaN, so that reading uninitialised
-# memory is visible instead of random.
+# (with repeated indices, which write wins is undefined, so it is refused whatever the indices; with
+# `accumulate=True` it is allowed). Deterministic mode also fills memory from `torch.empty` with NaN, so that
+# reading uninitialised memory is visible instead of random.
 
 # %%
 print("torch.set_deterministic exists:", hasattr(torch, "set_deterministic"))
 seed_everything(0, deterministic=True)
 print("deterministic algorithms:", torch.are_deterministic_algorithms_enabled(),
-      "| CUBLAS_WORKSPACE_CONFIG =", os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
       "| cudnn.deterministic =", torch.backends.cudnn.deterministic, "| cudnn.benchmark =",
       torch.backends.cudnn.benchmark)
-try:
-    torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {str(err).split(',')[0]}")
+assert not hasattr(torch, "set_deterministic") and torch.are_deterministic_algorithms_enabled()
+assert not torch.backends.cudnn.benchmark
+refused = []
+for indices in ([0, 0], [0, 1]):  # repeated indices, then distinct ones
+    try:
+        torch.zeros(3).put_(torch.tensor(indices), torch.tensor([1.0, 2.0]))
+    except RuntimeError as err:
+        refused.append(indices)
+        print(f"put_ at {indices}: {type(err).__name__}: {str(err).split(',')[0]}")
+torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]), accumulate=True)  # allowed
+assert refused == [[0, 0], [0, 1]]
 print("torch.empty(3) in deterministic mode:", torch.empty(3))
 assert torch.isnan(torch.empty(3)).all()
 seed_everything(0, deterministic=False)
 assert not torch.are_deterministic_algorithms_enabled()
 
 # %% [markdown]
+# The cuBLAS claim, checked: the installed documentation no longer names the variable, the run-time setter
+# exists, and on a GPU a fresh Python process (so that nothing has touched cuBLAS yet) with the variable removed
+# from its environment runs matrix products in deterministic mode and gets identical bits every time.
+
+# %%
+doc = torch.use_deterministic_algorithms.__doc__ or ""
+print("use_deterministic_algorithms' documentation names CUBLAS_WORKSPACE_CONFIG:", "CUBLAS_WORKSPACE_CONFIG" in doc,
+      "| torch.backends.cuda.cublas_workspace_size exists:", hasattr(torch.backends.cuda, "cublas_workspace_size"))
+assert "CUBLAS_WORKSPACE_CONFIG" not in doc and hasattr(torch.backends.cuda, "cublas_workspace_size")
+if device.type == "cuda":
+    probe = ("import torch\n"
+             "torch.use_deterministic_algorithms(True)\n"
+             "a = torch.randn(1024, 1024, device='cuda')\n"
+             "print(all(torch.equal(a @ a, a @ a) for _ in range(10)))\n")
+    env = {key: value for key, value in os.environ.items() if key != "CUBLAS_WORKSPACE_CONFIG"}
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    print("fresh process without the variable, deterministic mode: matmul ran:", result.returncode == 0,
+          "| identical bits:", result.stdout.strip())
+    assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr[-1000:]
+else:
+    print("CPU run: on a GPU a fresh process runs deterministic cuBLAS matrix products without the variable")
+
+# %% [markdown]
 # ### Seeding DataLoader workers: see notebook 04
 #
-# Each DataLoader worker is a separate process with its own generators, seeded by the loader from its
-# `generator` every epoch (torch with `base_seed + worker_id`, and since PyTorch 1.9 also Python's `random` and
-# NumPy; before 1.9 every worker inherited the same NumPy state and produced the same "random" augmentations).
+# Each DataLoader worker is a separate process with its own generators. Each time the workers start (every
+# epoch, unless `persistent_workers=True` keeps them), the loader draws a `base_seed` from its `generator` and
+# seeds each worker's torch and Python `random` with `base_seed + worker_id`, and, since PyTorch 1.9, NumPy too
+# (before 1.9 every worker inherited the same NumPy state and produced the same "random" augmentations).
 # Pass `generator=torch.Generator().manual_seed(seed)` and, for other libraries, a `worker_init_fn` such as the
 # documentation's `seed_worker`: [notebook 04](04_mnist_cnn.ipynb), §5 runs it.
-#
+
 # %% [markdown]
 # ## 3. Proof: two runs, identical parameters, and what breaks it
 #
@@ -173,6 +206,19 @@ print("same seed, two runs, identical parameters:", torch.equal(run_a, run_b))
 print("one extra random draw, identical parameters:", torch.equal(run_a, train_once(0, extra_draw=True)))
 assert torch.equal(run_a, run_b) and not torch.equal(run_a, train_once(0, extra_draw=True))
 
+
+def shuffled_order(generator=None):
+    loader = DataLoader(range(8), batch_size=8, shuffle=True, generator=generator)
+    return next(iter(loader)).tolist()
+
+
+seed_everything(0)
+own = shuffled_order(torch.Generator().manual_seed(0))
+torch.randn(1)  # the same extra draw
+print("loader with its own generator, after an extra global draw, same order:",
+      shuffled_order(torch.Generator().manual_seed(0)) == own)
+assert shuffled_order(torch.Generator().manual_seed(0)) == own
+
 # %% [markdown]
 # Even with identical random numbers, bit-for-bit results need the same **order of floating-point operations**.
 # Float addition is not associative, so a different number of threads, another CPU's vector width, a GPU, or
@@ -189,13 +235,13 @@ assert left != right
 # ## 4. Environment checks
 #
 # The cookbook opens by printing versions; report them with every result you want to reproduce. On a GPU
-# machine: `torch.version.cuda` is the CUDA version PyTorch was **built** with (pip wheels bundle CUDA and cuDNN,
-# so only the driver must be installed, as the notes found), `torch.backends.cudnn.version()` the cuDNN version,
-# `torch.cuda.get_device_name(i)` each GPU.
+# machine: `torch.version.cuda` is the CUDA version PyTorch was **built** with (Linux pip wheels pull in the
+# CUDA runtime, cuBLAS and cuDNN as `nvidia-*` packages, so only the driver must be installed, as the notes
+# found), `torch.backends.cudnn.version()` the cuDNN version, `torch.cuda.get_device_name(i)` each GPU.
 #
 # The notes also say TF32 (a faster, less precise float32 on Ampere and later GPUs) is on by default for matrix
-# products; that was PyTorch 1.7–1.11 ([notebook 07](07_mixed_precision.ipynb), §4 explains TF32). The print records
-# the current switches, which belong with every result too.
+# products; that was PyTorch 1.7–1.11 ([notebook 07](07_mixed_precision.ipynb), §4 explains TF32). The print
+# records the current switches, which belong with every result too (TF32 for cuDNN convolutions is still on).
 
 # %%
 print("python", ".".join(map(str, sys.version_info[:2])), "| torch", torch.__version__.split("+")[0],
@@ -215,9 +261,10 @@ else:
 # * Seed every generator (Python, NumPy, torch on every device) with one seed; `PYTHONHASHSEED` only works in the
 #   environment that starts Python. DataLoader workers follow the loader's `generator` (notebook 04, §5).
 # * `torch.use_deterministic_algorithms(True)` (the notes' `torch.set_deterministic` is gone) picks deterministic
-#   kernels and raises where there are none; on CUDA also `cudnn.benchmark = False`, `cudnn.deterministic = True`
-#   and `CUBLAS_WORKSPACE_CONFIG=:4096:8` set before the process's first cuBLAS call.
-# * With all of that, two runs on the same machine and software give bit-for-bit identical parameters; one extra
-#   random draw, another thread count or other hardware changes the last bits, and training amplifies them.
+#   kernels (cuDNN's included) and raises where there are none; on CUDA also set `cudnn.benchmark = False`.
+#   `CUBLAS_WORKSPACE_CONFIG=:4096:8`, which older releases demanded, is no longer needed in PyTorch 2.14.
+# * With all of that, two runs on the same machine and software give bit-for-bit identical parameters. One extra
+#   random draw shifts every later draw; another thread count or other hardware changes the last bits of the
+#   arithmetic, and training amplifies them.
 # * Record versions (Python, torch, CUDA, cuDNN, GPU) with every result; TF32 for matrix products has been off by
 #   default since PyTorch 1.12 (notebook 07). `CUDA_VISIBLE_DEVICES` chooses and renumbers GPUs (notebook 08).

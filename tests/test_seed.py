@@ -1,3 +1,4 @@
+import os
 import random
 
 import numpy as np
@@ -49,3 +50,14 @@ def test_seed_range(bad):
 def test_deterministic_type():
     with pytest.raises(TypeError, match="deterministic"):
         seed_everything(0, deterministic="yes")  # type: ignore[arg-type]
+
+
+def test_deterministic_leaves_cublas_workspace_config_alone(monkeypatch):
+    # PyTorch 2.14 no longer requires the variable (notebook 12, section 2); setting it here would be
+    # too late anyway once the process has made its first cuBLAS call.
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        seed_everything(0, deterministic=True)
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    finally:
+        seed_everything(0, deterministic=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -16,9 +15,16 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> int:
         seed: a non-negative integer below 2**32 (NumPy's limit).
         deterministic: also ask PyTorch for deterministic algorithms
             (``torch.use_deterministic_algorithms(True)``, which replaced the notes'
-            ``torch.set_deterministic``), turn off cuDNN's benchmark autotuner and set
-            ``CUBLAS_WORKSPACE_CONFIG`` as CUDA requires. Slower, but bit-for-bit repeatable.
-            ``False`` switches these back off.
+            ``torch.set_deterministic``; it also restricts cuDNN to deterministic
+            algorithms), set ``cudnn.deterministic`` and turn off cuDNN's benchmark
+            autotuner. Slower, but bit-for-bit repeatable on the same machine and software.
+            ``False`` switches these back off (the benchmark flag is left as it was).
+
+            ``CUBLAS_WORKSPACE_CONFIG`` is not set: PyTorch releases before late 2025
+            required ``:4096:8`` or ``:16:8`` for deterministic cuBLAS calls, and read it only
+            at the process's first cuBLAS call, so setting it here could come too late;
+            PyTorch 2.14 no longer requires it (it gives every cuBLAS handle and stream its
+            own workspace; pytorch/pytorch#161749 removed the check). Notebook 12 shows this.
 
     Returns:
         The seed, so that a notebook can print or log it.
@@ -37,8 +43,6 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> int:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.benchmark = False if deterministic else torch.backends.cudnn.benchmark
