@@ -19,13 +19,13 @@
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
 #
-# **Study time:** about 60 min. **Run time:** 95 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 60 min. **Run time:** 160 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
 #
 # **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
 # gloo on the CPU otherwise; the device mesh is built on the same device type. `ToyMpModel` puts its two halves
-# on two GPUs when each process has two (4 GPUs for 2 processes); here both halves are on the CPU. The stored
-# outputs were made on the CPU.
+# on two GPUs when each process has two (4 GPUs for 2 processes; its NCCL group is then not bound to one GPU);
+# here both halves are on the CPU. The stored outputs were made on the CPU; the GPU paths are untested.
 
 # %% [markdown]
 # ## Setup
@@ -79,16 +79,20 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| glo
 # **How ZeRO-3 still computes with full layers.** Each rank keeps 1/N of every parameter. Just before a layer
 # runs forward, the ranks **all-gather** (全收集) its shards into the full weight, compute, and free it again;
 # backward gathers it once more, computes gradients for the rank's own batch, and **reduce-scatters**
-# (规约散射) them: each rank receives the *sum* of everyone's gradient, but only for its own shard. The
-# optimizer then updates the local shards only. Notebook 08 built all-reduce as reduce-scatter followed by
-# all-gather; ZeRO keeps the reduce-scatter in backward and moves the all-gather to the next forward, so it
-# communicates 1.5× what DDP does (one extra all-gather in backward) and stores N× less.
+# (规约散射) them: each rank receives the reduction (FSDP2: the average) of everyone's gradients, but only for
+# its own shard. The optimizer then updates the local shards only. Count the traffic per step in units of Ψ
+# (one copy of the model): notebook 08 built DDP's all-reduce as a reduce-scatter followed by an all-gather,
+# Ψ + Ψ = 2Ψ. ZeRO-3 reduce-scatters the gradients (Ψ) and all-gathers the parameters twice, for forward and
+# again for backward (2Ψ): 3Ψ, 1.5× DDP's traffic, for N× less memory. (ZeRO-1 and -2 keep DDP's 2Ψ:
+# reduce-scatter the gradients, then all-gather the updated parameters.)
 #
 # **FSDP2** is PyTorch's ZeRO-3: `torch.distributed.fsdp.fully_shard(module, mesh=...)`. It replaces every
 # parameter of `module` by a `DTensor` (`torch.distributed.tensor`) — a tensor that knows its **global** shape and
 # how it is laid out over a `DeviceMesh` (here a 1-D mesh of the 2 ranks, `init_device_mesh("cpu", (2,))`):
-# placement `Shard(0)` means "cut along dimension 0, one piece per rank" (`torch.chunk` pieces, so a dimension
-# of 3 becomes 2 + 1 rows). `.to_local()` is the piece this rank stores; `.full_tensor()` all-gathers the whole.
+# the placement (放置方式) `Shard(0)` means "cut along dimension 0, one piece per rank" (`torch.chunk` pieces,
+# so a dimension of 3 becomes 2 + 1 rows). `.to_local()` is the piece this rank stores; `.full_tensor()`
+# all-gathers the whole. The two other placements appear in section 4: `Replicate()`, a whole copy on every
+# rank, and `Partial()`, every rank holds a summand and the value is their sum, still to be all-reduced.
 # Calling `fully_shard` on each layer first and then on the whole model makes each layer its own unit, gathered
 # only while it runs (the root picks up parameters not already in a unit).
 #
@@ -204,10 +208,14 @@ assert lines[0][2].endswith("local (2, 8)") and lines[1][2].endswith("local (1, 
 # and rank 1 stores 1 (FSDP2 pads the smaller shard internally so that the all-gather moves equal pieces).
 #
 # **The collectives of one step**, per rank: in forward, one all-gather per unit (`_allgather_base_`: the
-# c10d op behind `all_gather_into_tensor`); in backward, each unit is gathered **again** (the forward freed it)
-# and its gradients are reduce-scattered (`_reduce_scatter_base_`). That is 4 all-gathers and 2 reduce-scatters
-# for 2 units. With `reshard_after_forward=False` the gathered layers stay in memory until backward: 2
-# all-gathers instead of 4, and more memory between forward and backward — ZeRO-2's trade.
+# c10d op behind `dist.all_gather_single`, which FSDP2 calls; `all_gather_into_tensor` is its older,
+# deprecated name); in backward, each unit is gathered **again** (the forward freed it) and its gradients are
+# reduce-scattered (`_reduce_scatter_base_`, behind `dist.reduce_scatter_single`). That is 4 all-gathers and 2
+# reduce-scatters for 2 units. CommDebugMode counts these c10d ops, so the names and counts are the same with
+# NCCL on GPUs. With `reshard_after_forward=False` the gathered layers stay in memory from forward until
+# backward: 2 all-gathers instead of 4 (traffic 2Ψ, like DDP), and full layers in memory between forward and
+# backward. FSDP1 called this `SHARD_GRAD_OP` and it is often called ZeRO-2; unlike the paper's ZeRO-2, the
+# parameters are still freed after backward and gathered again at the next forward.
 #
 # After 3 Adam steps the gathered parameters equal the unsharded reference on the whole batch (`assert_close`
 # in the script): each rank's gradient shard is the **average** over ranks of the gradients of their half
@@ -280,9 +288,11 @@ assert [round(v / 1e9, 1) for v in paper.values()] == [120.0, 31.4, 16.6, 1.9]  
 # parameter, then `torch.save` on rank 0): a gather of the whole model through one device, and one writer.
 # `torch.distributed.checkpoint` (DCP) instead lets **every rank write its own shards, in parallel**, into a
 # folder. `get_state_dict(model, optimizer)` (`torch.distributed.checkpoint.state_dict`) returns the model's and
-# the optimizer's state dicts keyed by parameter names (not the optimizer's numeric ids) with `DTensor` values;
-# `dcp.save` plans who writes what (rank 0 collects the plans and writes `.metadata`), and each rank writes one
-# file `__<rank>_0.distcp`:
+# the optimizer's state dicts keyed by parameter names (not the optimizer's numeric ids) with `DTensor` values.
+# `dcp.save` then plans who writes what: each rank's **planner** (规划器, `DefaultSavePlanner`) lists the pieces
+# it holds; rank 0, the coordinator, gathers these local plans, removes duplicates (an item every rank holds
+# whole, such as Adam's `step`, is kept in one rank's plan) and sends each rank its final plan; each rank writes
+# one file `__<rank>_0.distcp`; then rank 0 gathers what was written where and writes the `.metadata` file:
 
 # %%
 ckpt = WORK / "ckpt"
@@ -351,8 +361,9 @@ assert sorted(state) == sorted(full) and int(state["0.weight"]["step"]) == 3
 # background thread while the next steps run.
 #
 # Loading into a **sharded** model works the same way: build the model, `fully_shard` it on the new mesh, call
-# `get_state_dict(model, opt)` for state dicts of `DTensor`s in the new layout (it creates Adam's states with a
-# zero-gradient step if the optimizer has none yet), `dcp.load` into them, and
+# `get_state_dict(model, opt)` for state dicts of `DTensor`s in the new layout (an optimizer without state yet
+# gets one: `get_state_dict` runs one `step()` with zero gradients and the learning rate set to 0, so that the
+# Adam tensors exist to be loaded into), `dcp.load` into them, and
 # `set_state_dict(model, opt, model_state_dict=..., optim_state_dict=...)`. Each rank then reads only the
 # byte ranges of its new shards, whatever the old world size was.
 
@@ -515,6 +526,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -541,8 +553,10 @@ class ToyMpModel(nn.Module):
         return self.net2(x.to(self.dev1))
 
 
+# the notes' setup: each process drives 2 GPUs (cuda:2k, cuda:2k+1); otherwise both halves on the CPU with gloo.
+# A process that uses 2 GPUs needs an NCCL group not bound to one of them (bind_device=False).
 two_gpus_each = torch.cuda.device_count() >= 2 * env_int("LOCAL_WORLD_SIZE", 1)
-with distributed(prefer="auto" if two_gpus_each else "cpu") as info:
+with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_gpus_each) as info:
     r = info.rank
     dev0, dev1 = (f"cuda:{2 * info.local_rank}", f"cuda:{2 * info.local_rank + 1}") if two_gpus_each else ("cpu", "cpu")
     torch.manual_seed(0)
@@ -593,6 +607,16 @@ with distributed(prefer="auto" if two_gpus_each else "cpu") as info:
     for (name, p), q in zip(mlp.named_parameters(), whole.parameters()):
         torch.testing.assert_close(p.grad.full_tensor(), q.grad)
     report("tp output and gradients (parameters and input) equal the unsplit MLP")
+
+    # where the row-parallel bias goes: run the second Linear on this rank's hidden units, stopping before the
+    # all-reduce (F.linear on DTensors, no output redistribution): the result is Partial, bias / 2 on each rank
+    with torch.no_grad():
+        h = torch.relu(mlp[0](x))  # ColwiseParallel returns the local (3, 3) slice of the hidden units
+        w, b = mlp[2].weight, mlp[2].bias
+        y = F.linear(DTensor.from_local(h, mesh, [Shard(1)]), w, b)
+        bias_split = torch.allclose(y.to_local(), h @ w.to_local().T + b.to_local() / info.world_size)
+    report(f"row-parallel Linear before the all-reduce: {y.placements}; local = partial product + bias / "
+           f"{info.world_size}: {bias_split}")
     save_result(args.out, {"done": True})
 
 # %%
@@ -606,31 +630,40 @@ assert "ddp.device_ids = None" in mlines[0][1] and mlines[0][2].startswith("DDP 
 assert mlines[0][3] == "tp 0.weight (Shard(dim=0),) local (3, 4)" and mlines[0][5] == "tp 2.weight (Shard(dim=1),) local (4, 3)"
 assert mlines[1][7].endswith("collectives forward {'all_reduce': 1}, forward + backward {'all_reduce': 2}")
 assert mlines[1][8] == "tp output and gradients (parameters and input) equal the unsplit MLP"
+assert mlines[1][9] == "row-parallel Linear before the all-reduce: (Partial(sum),); local = partial product + bias / 2: True"
 
 # %% [markdown]
-# The column-parallel bias is sharded too (3 of the 6 hidden units on each rank); the row-parallel bias is
-# `Replicate()`d and added once, after the all-reduce. The output is an `AsyncCollectiveTensor`: a tensor subclass
-# tensor whose all-reduce may still be in flight, waited for when it is first used. Forward needed **one**
-# all-reduce (the partial sums of the second layer); backward needed one more, because the gradient with respect
-# to the replicated input is again a sum of the two ranks' partial gradients (the input requires grad here, as it
-# would coming from earlier layers). In a transformer block the same pair (attention's or the MLP's two
-# projections) costs one all-reduce forward and one backward, in every block — which is why tensor parallelism
-# stays inside a machine.
+# The column-parallel bias is sharded too (3 of the 6 hidden units on each rank). The row-parallel bias is
+# stored `Replicate()`d (whole on each rank), but it is *not* added after the all-reduce: the second layer's
+# product is a `Partial` (partial-sum) DTensor, and to add a replicated bias to it DTensor turns the bias into a
+# `Partial` one as well, by dividing it by the mesh size. Each rank adds bias / 2 to its partial sum, and the
+# all-reduce adds the halves back up (the script's last line checks that redistribution). The output is an
+# `AsyncCollectiveTensor`: a tensor subclass whose all-reduce may still be in flight, waited for when it is
+# first used. Forward needed **one** all-reduce (the partial sums of the second layer); backward needed one
+# more, because the gradient with respect to the replicated input is again a sum of the two ranks' partial
+# gradients (the input requires grad here, as it would coming from earlier layers). In a transformer block the
+# same pair (attention's or the MLP's two projections) costs one all-reduce forward and one backward, in every
+# block — which is why tensor parallelism stays inside a machine.
 
 # %% [markdown]
 # ## 5. `torch.compile` with DDP: graphs cut at bucket boundaries
 #
-# DDP overlaps communication with backward: gradients are grouped into **buckets** (桶; `bucket_cap_mb`: 25 MiB by
-# default, with a first bucket of 1 MiB; a `bucket_cap_mb` you set applies to all buckets), and as soon as the autograd engine has produced every gradient of
-# a bucket, a hook starts its all-reduce while backward continues. A compiled model breaks this: `torch.compile`
-# turns the forward into one graph, and AOTAutograd's backward of it is one opaque autograd node that produces
-# **all** gradients at once — no all-reduce could start before the whole backward is done.
+# DDP overlaps communication with backward: gradients are grouped into **buckets** (桶), and as soon as the
+# autograd engine has produced every gradient of a bucket, a hook starts its all-reduce while backward
+# continues. In PyTorch 2.14 the first backward runs with a single bucket; DDP then rebuilds the buckets in the
+# order the gradients arrived, with `bucket_cap_mb` (25 MiB by default) per bucket and a first bucket of 1 MiB
+# when you leave `bucket_cap_mb` at its default (a value you set applies to the first bucket too). The script
+# prints the eager DDP bucket sizes after the first and the second step.
+#
+# A compiled model breaks the overlap: `torch.compile` turns the forward into one graph, and AOTAutograd's
+# backward of it is one opaque autograd node that produces **all** gradients at once — no all-reduce could
+# start before the whole backward is done.
 #
 # **DDPOptimizer** (`torch/_dynamo/backends/distributed.py`) fixes that. When Dynamo compiles a module inside a
 # DDP forward, it walks the traced graph in reverse (the order gradients become ready), adds up parameter sizes
 # up to DDP's `bucket_bytes_cap`, cuts the graph there, and compiles each piece separately: each piece's
 # backward is its own autograd node, and the bucket's all-reduce can start when it finishes. It is on by
-# default (`torch._dynamo.config.optimize_ddp = True`, i.e. `"ddp_optimizer"`).
+# default (`torch._dynamo.config.optimize_ddp = True`, i.e. `"ddp_optimizer"`; the script prints the default).
 #
 # The script wraps four `Linear(512, 512)` layers (1 MiB of weights each) in DDP with `bucket_cap_mb=1`, compiles
 # with a backend that only records the graphs it is given (nothing is generated, so it is fast on a CPU), once
@@ -679,7 +712,22 @@ def grads_after_one_step(optimize_ddp, graphs: list | None, bucket_cap_mb=1.0):
     return [p.grad for p in model.parameters()]
 
 
+def eager_bucket_bytes(bucket_cap_mb=None):
+    """Sizes of an eager DDP model's gradient buckets after its first and its second backward."""
+    kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
+    model = DDP(Deep().to(info.device), **kwargs)
+    sizes = []
+    for _ in range(2):
+        model(torch.randn(2, 512, device=info.device)).sum().backward()
+        sizes.append([b.buffer().nbytes for b in model.reducer._get_zeros_like_grad_buckets()])
+    return sizes
+
+
 with distributed() as info:
+    report(f"default torch._dynamo.config.optimize_ddp = {torch._dynamo.config.optimize_ddp}")
+    for cap in (None, 1):
+        first, second = eager_bucket_bytes(cap)
+        report(f"eager DDP, bucket_cap_mb={cap}: bucket bytes after step 1 {first}, after step 2 {second}")
     eager = grads_after_one_step(True, None)
     for mode in (True, False):
         graphs = []
@@ -697,14 +745,23 @@ with distributed() as info:
 comp = run_torchrun("runs/compiled_ddp.py", nproc=2, args=["--out", WORK / "compiled"])
 launch_seconds["compiled_ddp"] = comp.wall_s
 comp.print_ranks()
+layer_bytes = 4 * (512 * 512 + 512)
 for r in (0, 1):
-    assert comp.by_rank()[r] == ["optimize_ddp=True: 4 graph(s), Linear layers in each: [1, 1, 1, 1]; gradients = eager DDP",
-                                 "optimize_ddp=False: 1 graph(s), Linear layers in each: [4]; gradients = eager DDP",
-                                 "bucket_cap_mb=0.25: AssertionError: First bucket should be smaller/equal to other "
-                                 "buckets to get comms warmed up ASAP"]
+    assert comp.by_rank()[r][:3] == ["default torch._dynamo.config.optimize_ddp = True",
+                                     f"eager DDP, bucket_cap_mb=None: bucket bytes after step 1 {[4 * layer_bytes]}, "
+                                     f"after step 2 {[layer_bytes, 3 * layer_bytes]}",
+                                     f"eager DDP, bucket_cap_mb=1: bucket bytes after step 1 {[4 * layer_bytes]}, "
+                                     f"after step 2 {4 * [layer_bytes]}"]
+    assert comp.by_rank()[r][3:] == ["optimize_ddp=True: 4 graph(s), Linear layers in each: [1, 1, 1, 1]; gradients = eager DDP",
+                                     "optimize_ddp=False: 1 graph(s), Linear layers in each: [4]; gradients = eager DDP",
+                                     "bucket_cap_mb=0.25: AssertionError: First bucket should be smaller/equal to "
+                                     "other buckets to get comms warmed up ASAP"]
 
 # %% [markdown]
-# One graph per bucket with DDPOptimizer, one graph for the whole model without it; the gradients are the same
+# Eager DDP first: one bucket of all 4 layers (4 × 1,050,624 bytes, weights and biases) in the first step; from
+# the second step on, the last layer alone in the 1 MiB first bucket (its gradients arrive first) and the other
+# three together by default, or one layer per bucket with `bucket_cap_mb=1`. The compiled model is cut the same
+# way: one graph per bucket with DDPOptimizer, one graph for the whole model without it; the gradients are the same
 # either way (the all-reduce is still DDP's), only *when* communication may start differs. With the real
 # backend (`torch.compile(model)`, Inductor) each piece becomes its own compiled kernel set; the cut also limits
 # how much Inductor can fuse across bucket boundaries, the price of overlap.
@@ -743,8 +800,9 @@ assert len(launch_seconds) == 3 and all(0 < s < 120 for s in launch_seconds.valu
 #   also the parameters (16Ψ → 16Ψ/N bytes per rank with float32 Adam). **FSDP2** (`fully_shard`) is PyTorch's
 #   ZeRO-3: parameters become `DTensor`s with `Shard(0)` placement on a `DeviceMesh`; each unit is all-gathered
 #   before its forward and again before its backward, and gradients are reduce-scattered (4 all-gathers and 2
-#   reduce-scatters per step for 2 units, counted). It runs on the CPU with gloo in PyTorch 2.14 and equals one
-#   process on the whole batch.
+#   reduce-scatters per step for 2 units, counted): 3Ψ of traffic against DDP's 2Ψ; `reshard_after_forward=False`
+#   skips the backward all-gather at the price of memory. It runs on the CPU with gloo in PyTorch 2.14 and equals
+#   one process on the whole batch.
 # * **Distributed checkpoints** (`torch.distributed.checkpoint`): `get_state_dict` + `dcp.save` let every rank
 #   write its shards in parallel (`__0_0.distcp`, `__1_0.distcp`) with a `.metadata` file that maps chunks to
 #   files; `dcp.load` (in place) reads them into any sharding — here one process without a process group — and
@@ -752,8 +810,10 @@ assert len(launch_seconds) == 3 and all(0 < s < 120 for s in launch_seconds.valu
 # * A padded `DistributedSampler` repeats samples: evaluation metrics averaged over ranks are **biased** (0.5
 #   instead of 0.4 above). Shard without padding and all-reduce counts; `drop_last=True` skips samples instead.
 # * Split the **model** when a layer or its activations do not fit: tensor parallelism (`parallelize_module`,
-#   `ColwiseParallel` + `RowwiseParallel`: one all-reduce per pair) and pipeline parallelism
+#   `ColwiseParallel` + `RowwiseParallel`: one all-reduce per pair in forward and one in backward; the partial
+#   sums are `Partial` DTensors, and the replicated bias is split into them) and pipeline parallelism
 #   (`torch.distributed.pipelining`). DDP wraps a multi-device model like the notes' `ToyMpModel` with
 #   `device_ids=None`.
 # * `torch.compile` + DDP: **DDPOptimizer** cuts the graph at bucket boundaries so all-reduces overlap backward
-#   (4 graphs instead of 1 above); with FSDP2, compile each block before sharding it.
+#   (4 graphs instead of 1 above; eager DDP's buckets are rebuilt after the first step); with FSDP2, compile each
+#   block before sharding it.

@@ -78,15 +78,18 @@ def choose_backend(prefer: str = "auto") -> tuple[str, torch.device]:
 
 
 @contextmanager
-def distributed(prefer: str = "auto", timeout_s: float = 60.0) -> Iterator[DistInfo]:
+def distributed(prefer: str = "auto", timeout_s: float = 60.0, bind_device: bool = True) -> Iterator[DistInfo]:
     """Join the process group that torchrun prepared; always destroy it when the block ends.
 
     ``timeout_s`` bounds how long a collective may wait for a missing peer before raising
     (the notes: pass a large enough ``timeout`` when ranks run at different speeds).
+    ``bind_device=False`` leaves an NCCL group unbound (no ``device_id``): needed when one process
+    drives several GPUs (notebook 09's ``ToyMpModel``), since a bound group refuses tensors on another GPU.
     """
     backend, device = choose_backend(prefer)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if device.type == "cuda" and bind_device:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), device_id=device)
     else:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
