@@ -15,9 +15,9 @@
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 55 min. **Run time:** 30 s on the 2-core course machine (one thread, measured by
-# `make execute`; more on a busy machine), most of it spent importing PyTorch and its compiler stack (`torch.compile`, `torch.export`) and in a
-# child Python process that we kill on purpose.
+# **Study time:** about 55 min. **Run time:** 40 s on the 2-core course machine (one thread, measured by
+# `make execute`; more on a busy machine), most of it spent importing PyTorch and its compiler stack
+# (`torch.compile`, `torch.export`) and in a child Python process that we kill on purpose.
 #
 # **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would
 # happen instead); checkpoints then also hold the CUDA random states, and the resume demonstration
@@ -128,8 +128,9 @@ assert not any(name.startswith("pool") for name in model.state_dict())  # no par
 
 # %% [markdown]
 # After one optimizer step the `state` part fills up: SGD with momentum keeps one momentum buffer per
-# parameter, Adam keeps two (`exp_avg`, `exp_avg_sq`). That is why the notes say a training
-# checkpoint is "two to three times the size of the model": measured on the bytes `torch.save` writes.
+# parameter, Adam keeps two (`exp_avg`, `exp_avg_sq`) plus a one-number `step` count. That is why the
+# notes say a training checkpoint is "two to three times the size of the model": measured on the bytes
+# `torch.save` writes.
 
 # %%
 def saved_size(obj) -> int:
@@ -196,8 +197,9 @@ assert not torch.equal(snapshot["fc.weight"], norm.fc.weight)
 # did not match (none here). A freshly built model is in training mode: call `model.eval()` before
 # using it, or dropout stays active and BatchNorm normalises with the current batch instead of the
 # running statistics it just loaded; worse, every training-mode forward pass *updates* those
-# statistics, so even a "quick check" damages what you loaded. The file is a zip archive: a small pickle (`data.pkl`) that
-# describes the dictionary and one raw-bytes record per tensor.
+# statistics, so even a "quick check" damages what you loaded. The file is a zip archive: a small
+# pickle (`data.pkl`) that describes the dictionary, and one raw-bytes record per storage (one per
+# tensor, unless tensors share memory).
 
 # %%
 class SmallNet(nn.Module):
@@ -299,7 +301,7 @@ assert renamed_failed
 # instructions with `pickletools` is proof enough of what that would do. `weights_only=True` switches
 # to PyTorch's own unpickler (`torch/_weights_only_unpickler.py`), which executes only a subset of the
 # pickle instructions: `GLOBAL` never imports anything, it only looks the name up in an allow-list
-# (tensor and storage rebuild functions, dtypes, `torch.Size`, `torch.device`, `nn.Parameter`,
+# (允许列表: tensor and storage rebuild functions, dtypes, `torch.Size`, `torch.device`, `nn.Parameter`,
 # `OrderedDict`, `Counter`, `set`, plus what you add yourself; names from `os` and `sys` are refused
 # even then); `REDUCE` calls only allow-listed functions; `BUILD` only fills tensors, parameters,
 # `OrderedDict`s and allow-listed classes; any other instruction is an error. Our file is refused at
@@ -397,7 +399,7 @@ assert torch_version >= (2, 10)
 # the header length, a JSON header (name → dtype, shape, byte range, plus optional string
 # metadata), then raw tensor bytes. There is nothing to execute, and it can be memory-mapped. Two
 # limits: it stores only tensors (metadata must be strings), and it refuses tensors that share memory
-# (tied weights) in `save_file`; `save_model`/`load_model` handle those.
+# (tied weights, 权重共享) in `save_file`; `save_model`/`load_model` handle those.
 
 # %%
 st_path = RUN_DIR / "small.safetensors"
@@ -437,13 +439,13 @@ assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
 # %% [markdown]
 # ## 5. A training checkpoint
 #
-# A **checkpoint** (检查点) is a file holding everything needed to continue a training run later;
-# resuming from one after a crash or a time limit is 断点续训. ([Notebook 11](11_memory_and_speed.ipynb)
-# meets *activation checkpointing* (激活重计算), which is unrelated: it recomputes activations in the
-# backward pass to save memory and writes no file.) To *continue* training, weights are not enough. The notes save a dictionary with the epoch, the
-# model and optimizer `state_dict`s and the last loss, and use the `.tar` extension by convention
-# (any name works: the file is a zip either way). Loading builds the model and optimizer first, then
-# restores both. Here is that recipe on a small classifier, with a toy data set:
+# A **checkpoint** (检查点) is a file holding everything needed to continue a training run later; resuming
+# from one after a crash or a time limit is 断点续训. ([Notebook 11](11_memory_and_speed.ipynb) meets
+# *activation checkpointing* (激活重计算), which is unrelated: it recomputes activations in the backward pass
+# to save memory and writes no file.) To *continue* training, weights are not enough. The notes save a
+# dictionary with the epoch, the model and optimizer `state_dict`s and the last loss, and use the `.tar`
+# extension by convention (any name works: the file is a zip either way). Loading builds the model and
+# optimizer first, then restores both. Here is that recipe on a small classifier, with a toy data set:
 
 # %%
 class Classifier(nn.Module):
@@ -635,7 +637,7 @@ identical = all(torch.equal(a, b) for a, b in zip(reference[0].state_dict().valu
 print("resumed run is bit-identical to the reference:", identical)
 if device.type == "cpu":
     assert identical
-else:  # GPU kernels may reorder sums unless deterministic algorithms are enforced
+else:  # GPU kernels may reorder sums unless deterministic algorithms are enforced (notebook 12, section 2)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(reference[0].parameters(), model.parameters()))
 
 # %% [markdown]
@@ -886,9 +888,9 @@ assert torch.equal(fresh.head.bias, pretrained["head.bias"])
 # %% [markdown]
 # ## 8. Across devices: `map_location`
 #
-# Every tensor in the file carries a tag naming the device it was saved from (`'cpu'`, `'cuda:1'`,
-# ...). By default `torch.load` recreates each
-# tensor on that device, which fails on a machine without that GPU. `map_location` redirects them:
+# Every storage in the file carries a tag naming the device it was saved from (`'cpu'`, `'cuda:1'`,
+# ...). By default `torch.load` recreates each tensor on that device, which fails on a machine without
+# that GPU. `map_location` redirects them:
 #
 # * GPU → CPU: `map_location="cpu"` (or `torch.device("cpu")`; the notes' `lambda storage, loc: storage`
 #   does the same);
@@ -984,15 +986,17 @@ assert torch.equal(torch.load(big_path)["0.bias"], big[0].bias)
 mapped = torch.load(big_path, mmap=True)
 
 # %% [markdown]
-# A model built under `with torch.device("meta"):` has parameters with a shape and a dtype but **no
-# storage**: nothing is allocated and the random initialisation does nothing. Loading into it with the
-# ordinary `load_state_dict` *copies* into those parameters, which is impossible on `meta`: PyTorch
-# warns once per parameter that the copy "is a no-op" and the model stays empty. With
-# `load_state_dict(sd, assign=True)` the module **takes the loaded tensors themselves** as its
-# parameters (wrapped as `nn.Parameter`, keeping the module's `requires_grad`). With `mmap=True` they
-# are still views of the file: the model now costs no memory until its pages are used. Caveat:
+# A model built under `with torch.device("meta"):` (the meta device, 元设备) has parameters with a shape
+# and a dtype but **no storage**: nothing is allocated and the random initialisation does nothing.
+# Loading into it with the ordinary `load_state_dict` *copies* into those parameters, which is
+# impossible on `meta`: PyTorch warns once per parameter that the copy "is a no-op" and the model stays
+# empty. With `load_state_dict(sd, assign=True)` the module **takes the loaded tensors themselves** as
+# its parameters (wrapped as `nn.Parameter`, keeping the module's `requires_grad`). With `mmap=True`
+# they are still views of the file: the model now costs no memory until its pages are used. Caveat:
 # anything not in the file (a buffer registered with `persistent=False`) stays on `meta` and must be
-# recreated.
+# recreated. A model too large for one process is sharded across ranks (FSDP) and saved shard by shard
+# with `torch.distributed.checkpoint`: [notebook 09](09_sharding_and_distributed_checkpoints.ipynb),
+# section 2.
 
 # %%
 with torch.device("meta"):
@@ -1118,12 +1122,13 @@ assert torch.equal(trusted_old["fc2.bias"], small.fc2.bias)
 # %% [markdown]
 # ## 9. Exporting for deployment: from TorchScript to `torch.export`
 #
-# To run a model without its Python code (in C++, on a server, on a phone) you save a *graph* of its
-# operations rather than weights. The notes teach TorchScript: `torch.jit.trace(model, example)` runs
-# the model once and records the operations that happened; `torch.jit.script(model)` compiles the
-# Python source. In PyTorch 2.14 **all of TorchScript is deprecated** (`trace`, `script`, `jit.load`
-# warn with `FutureWarning`) in favour of `torch.export`, so we do not use `torch.jit.script` at all,
-# and call `trace` once, inside `pytest.warns`, only to see its classic flaw.
+# To deploy (部署) a model, that is, to run it without its Python code (in C++, on a server, on a phone)
+# you save a *graph* of its operations rather than weights. The notes teach TorchScript:
+# `torch.jit.trace(model, example)` runs the model once and records the operations that happened;
+# `torch.jit.script(model)` compiles the Python source. In PyTorch 2.14 **all of TorchScript is
+# deprecated** (`trace`, `script`, `jit.load` warn with `FutureWarning`) in favour of `torch.export`, so
+# we do not use `torch.jit.script` at all, and call `trace` once, inside `pytest.warns`, only to see its
+# classic flaw.
 #
 # Tracing records *one* path. The notes' `MyDecisionGate` returns `x` or `-x` depending on the sign of
 # `x.sum()`; traced with a positive example, the `if` is evaluated once in Python and disappears from
@@ -1150,7 +1155,8 @@ print("traced gate(-1) =", traced_gate(negative).tolist())
 assert not torch.equal(traced_gate(negative), gate(negative))
 
 # %% [markdown]
-# `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a graph, but it
+# Exporting (导出) with `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a
+# graph, but it
 # **refuses** data-dependent Python control flow instead of silently baking in one branch, and it
 # records which dimensions may vary: here the batch dimension, declared with `torch.export.Dim`.
 # `torch.export.save` writes a `.pt2` file (the graph, serialised, plus the weights) and
@@ -1202,9 +1208,10 @@ class CondGate(nn.Module):
 
 torch.export.save(torch.export.export(CondGate(), (torch.ones(3),)), RUN_DIR / "gate.pt2")
 gate_pt2 = torch.export.load(RUN_DIR / "gate.pt2").module()
-for x in (torch.ones(3), negative):
+for x in (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, -4.0])):  # sum 6 > 0, sum -1 < 0
     print(f"x = {x.tolist()}: eager {gate(x).tolist()}, exported {gate_pt2(x).tolist()}")
     assert torch.equal(gate_pt2(x), gate(x))
+assert torch.equal(gate_pt2(torch.tensor([1.0, 2.0, -4.0])), torch.tensor([-1.0, -2.0, 4.0]))  # the `-x` branch
 
 # %% [markdown]
 # ### Without Python: AOTInductor and ExecuTorch

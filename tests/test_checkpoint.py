@@ -251,6 +251,11 @@ def test_foreign_file_and_missing_states(tmp_path):
     with pytest.raises(ValueError, match="no optimizer state") as err:
         load_checkpoint(path, model=model, optimizer=opt)
     assert not isinstance(err.value, CheckpointError)
+    assert "load it without optimizer=" in str(err.value)
+    wider = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 2))
+    with pytest.raises(RuntimeError, match=r"checkpoint_00000000\.pt does not fit the model Sequential") as err:
+        load_checkpoint(path, model=wider)
+    assert "size mismatch" in str(err.value)  # load_state_dict's own message follows the file name
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "nope.pt", model=model)
     (tmp_path / "empty").mkdir()

@@ -346,7 +346,7 @@ def atomic_torch_save(obj: Any, target: str | os.PathLike[str]) -> Path:
     crc_was_on = torch.serialization.get_crc32_options()
     try:
         if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o644)  # mkstemp creates 0600; a checkpoint is an ordinary file
+            os.fchmod(fd, 0o644)  # mkstemp makes 0600; torch.save(path) gives 0644 under umask 022
         with os.fdopen(fd, "wb") as f:
             if not crc_was_on:  # load_checkpoint verifies the zip checksums
                 torch.serialization.set_crc32_options(True)
@@ -560,7 +560,9 @@ def load_checkpoint(
             truncated, corrupt or not a course checkpoint; the message names the file(s).
         ValueError: an optimizer/scheduler/scaler was passed but the file holds no state for it,
             or ``restore_rng=True`` and the file holds no RNG states for this rank.
-        RuntimeError: from ``load_state_dict`` when the model does not fit the saved weights.
+        RuntimeError: the model does not fit the saved weights (``load_state_dict``'s message,
+            prefixed with the file's name). The optimizer, scheduler, scaler and random states are
+            not touched then, but ``load_state_dict`` has already copied the tensors that did fit.
     """
     source = _as_path(path, "path")
     _check_components(model, optimizer, scheduler, scaler)
@@ -603,7 +605,10 @@ def load_checkpoint(
 
     for component, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
         if component is not None and payload.get(key) is None:
-            raise ValueError(f"checkpoint {loaded_from} holds no {key} state, but a {key} was passed")
+            raise ValueError(
+                f"checkpoint {loaded_from} holds no {key} state, but {key}= was passed: it was saved without "
+                f"save_checkpoint(..., {key}=...); load it without {key}= (that part then starts fresh)"
+            )
     rng_state = None
     if restore_rng and payload.get("rng") is not None:
         states = payload["rng"]
@@ -619,7 +624,13 @@ def load_checkpoint(
             )
         rng_state = states[me]
 
-    incompatible = unwrap_model(model).load_state_dict(payload["model"], strict=strict)
+    try:
+        incompatible = unwrap_model(model).load_state_dict(payload["model"], strict=strict)
+    except RuntimeError as err:  # missing/unexpected keys or changed shapes: name the file
+        raise RuntimeError(
+            f"checkpoint {loaded_from} does not fit the model {type(unwrap_model(model)).__name__} "
+            f"(build the model with the architecture it was saved from): {err}"
+        ) from err
     if optimizer is not None:
         optimizer.load_state_dict(payload["optimizer"])
     if scheduler is not None:
