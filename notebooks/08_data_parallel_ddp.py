@@ -22,7 +22,7 @@
 # `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
 # processes on the CPU.
 #
-# **Study time:** about 75 min. **Run time:** 160 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 75 min. **Run time:** 80 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #

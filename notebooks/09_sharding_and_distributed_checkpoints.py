@@ -19,7 +19,7 @@
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
 #
-# **Study time:** about 60 min. **Run time:** 160 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 60 min. **Run time:** 75 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
 #
 # **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
