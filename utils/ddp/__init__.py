@@ -1,7 +1,8 @@
-"""Launch plumbing for the distributed programs of notebook 08 (and the smallest one, ``hello``).
+"""Launch plumbing for the distributed programs of notebooks 08 and 09 (and the smallest one, ``hello``).
 
-The DDP program, the hand-written SyncBatchNorm and the ring all-reduce are written *in* notebook 08
-(``%%writefile`` cells into ``notebooks/runs/``); what lives here is what those programs share and
+The DDP program, the hand-written SyncBatchNorm and the ring all-reduce are written *in* notebook 08,
+the FSDP2, checkpoint and tensor-parallel programs in notebook 09 (``%%writefile`` cells into
+``notebooks/runs/``); what lives here is what those programs share and
 what must be importable by ``-m``:
 
 * :mod:`utils.ddp.common`: joining and always destroying the process group (``distributed()``),
