@@ -22,7 +22,7 @@
 # `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
 # processes on the CPU.
 #
-# **Study time:** about 75 min. **Run time:** 70 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 75 min. **Run time:** 75 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
@@ -260,7 +260,7 @@ if device.type == "cpu":
 #
 # The repository's smallest program, `utils/ddp/hello.py`, reports its variables and runs three collectives:
 # `all_reduce` (全规约: every rank ends with the sum), `all_gather` (every rank ends with everybody's value) and
-# `broadcast` (rank 0's value is copied to everyone). It joins and leaves the process group through
+# `broadcast` (广播: rank 0's value is copied to everyone). It joins and leaves the process group through
 # `utils.ddp.common.distributed()`, a context manager that calls `destroy_process_group()` however the block
 # ends. It runs here as a job of **2 "machines" × 2 processes**: two `torchrun` agents, both on this computer
 # (127.0.0.1), with `--device cpu`, because two "machines" on one computer would both take `cuda:0` and `cuda:1`.
@@ -305,12 +305,13 @@ with pytest.raises(RuntimeError, match="Invalid device string: 'cuda:1,2'"):
 
 # %% [markdown]
 # **What the notes use instead of `torchrun`.** The notes start workers with `python -m
-# torch.distributed.launch --nproc_per_node=8 ... train.py`, which passed `--local_rank=k` (spelt `--local-rank`
-# since PyTorch 2.0) as a *command-line argument* (so every script had to parse it), and with `mp.spawn(fn, nprocs=world_size)` plus hard-coded
-# `MASTER_ADDR`/`MASTER_PORT` (`'12355'`) inside the script. Since PyTorch 1.10, `torchrun` replaces `launch`:
+# torch.distributed.launch --nproc_per_node=8 ... train.py`, which passes `--local_rank=k` (spelt `--local-rank`
+# since PyTorch 2.0) as a *command-line argument*, so every script had to parse it (it sets `LOCAL_RANK` in the
+# environment too); and with `mp.spawn(fn, nprocs=world_size)` plus hard-coded `MASTER_ADDR`/`MASTER_PORT`
+# (`'12355'`) inside the script. Since PyTorch 1.10, `torchrun` replaces `launch`:
 # it sets `LOCAL_RANK` in the environment, chooses ports, and can restart failed workers.
 # `torch.distributed.launch` still exists as a thin wrapper around `torchrun`'s code, but calling it emits a
-# `FutureWarning`. (The notes' `setup()` with `'localhost'` and a fixed port also fails as soon as two jobs
+# `FutureWarning`. The cell below shows both, and the command line each would run. (The notes' `setup()` with `'localhost'` and a fixed port also fails as soon as two jobs
 # share a machine.)
 
 # %%
@@ -321,9 +322,17 @@ with pytest.warns(FutureWarning, match="torch.distributed.launch is deprecated")
         legacy_launch.main(["--nproc-per-node=2", "--no-python", "train.py"])
     except ValueError as err:
         print(f"{type(err).__name__}: {err}")
-legacy = legacy_launch.parse_args(["--nproc-per-node=2", "train.py", "--lr", "0.2"])
-print("legacy default: pass LOCAL_RANK in the environment?", legacy.use_env, "| script args:", legacy.training_script_args)
-assert legacy.use_env is False and legacy.training_script_args == ["--lr", "0.2"]
+from torch.distributed.run import config_from_args  # noqa: E402 - the code both launchers share
+from torch.distributed.run import parse_args as torchrun_args  # noqa: E402
+
+launcher = ["--nproc-per-node=1", f"--log-dir={WORK / 'launcher_logs'}"]  # (a log folder, else one in /tmp)
+script = ["train.py", "--lr", "0.2"]
+_, _, legacy_cmd = config_from_args(legacy_launch.parse_args(launcher + script))  # builds, starts nothing
+_, _, torchrun_cmd = config_from_args(torchrun_args(launcher + script))
+print("launch   runs: python", " ".join(legacy_cmd))
+print("torchrun runs: python", " ".join(torchrun_cmd))
+assert legacy_cmd == ["-u", "train.py", "--local-rank=${local_rank}", "--lr", "0.2"]  # the agent fills in the rank
+assert torchrun_cmd == ["-u", "train.py", "--lr", "0.2"]  # LOCAL_RANK only in the environment
 
 # %% [markdown]
 # **`mp.spawn`, and the process group's `timeout`.** `torch.multiprocessing.spawn(fn, args, nprocs)` starts
@@ -548,7 +557,7 @@ def no_sync_demo(ddp, module, x, y, k, device):
 #    to that GPU (NCCL then creates its communicator at once, so errors show up here rather than at the first
 #    collective, and `barrier()` knows which GPU to use). gloo on the CPU needs no device;
 # 2. wrap the model: `DDP(model, device_ids=[local_rank])` on a GPU, **no `device_ids`** for a CPU model;
-# 3. give each rank its shard of the data with `DistributedSampler` (分片), and call `set_epoch(epoch)` before
+# 3. give each rank its shard (分片) of the data with `DistributedSampler`, and call `set_epoch(epoch)` before
 #    each epoch so that the shuffle changes;
 # 4. after each epoch, the checkpoint protocol of the notes: **rank 0** writes it (the parameters are equal
 #    everywhere; written to a temporary file and renamed, so it is never half-written), `dist.barrier()` makes
