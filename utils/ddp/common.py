@@ -119,18 +119,13 @@ def report(message: str) -> None:
     os.write(sys.stdout.fileno(), f"[rank {env_int('RANK', 0)}] {message}\n".encode())
 
 
-def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
-    """``torch.save`` that never leaves a half-written file (see ``utils.checkpoint.atomic_torch_save``)."""
-    return atomic_torch_save(obj, path)
-
-
 def save_result(out_dir: str | os.PathLike[str] | None, obj: dict) -> None:
     """Write this rank's results to ``out_dir/rank<RANK>.pt`` (read back by ``utils.launch.load_rank_results``)."""
     if out_dir is None:
         return
     if not isinstance(obj, dict):
         raise TypeError(f"results must be a dict, got {type(obj).__name__}")
-    atomic_save(obj, Path(out_dir) / f"rank{env_int('RANK', 0)}.pt")
+    atomic_torch_save(obj, Path(out_dir) / f"rank{env_int('RANK', 0)}.pt")
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
