@@ -3,7 +3,7 @@
 Notebook 06 teaches *why* each piece is here and writes the atomic save out in full before using
 these helpers. Other code only calls them: notebook 07 saves and resumes a ``GradScaler`` with
 ``save_checkpoint(..., scaler=...)`` and ``load_checkpoint``, and the DDP scripts of notebook 08
-(``utils/ddp/``) write their checkpoints with :func:`atomic_torch_save`::
+(written by the notebook into ``notebooks/runs/``) write their checkpoints with :func:`atomic_torch_save`::
 
     from utils.checkpoint import load_checkpoint, latest_checkpoint, save_checkpoint
 
