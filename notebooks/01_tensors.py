@@ -16,7 +16,7 @@
 # - broadcast, multiply matrices, compare floats, name dimensions with einops, and move tensors to an
 #   accelerator (`torch.accelerator`).
 #
-# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 15 s on the 2-core
+# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 10 s on the 2-core
 # course machine (one thread, measured by `make execute`).
 # **On a GPU:** the last section moves tensors to `cuda`; everything else is the same.
 #
@@ -642,6 +642,70 @@ if torch.cuda.is_available() or torch.backends.mps.is_available():
 pick = accelerator or torch.device("cpu")  # a device-neutral choice, without utils
 print("torch.zeros(2, device=pick).device.type:", torch.zeros(2, device=pick).device.type)
 assert torch.zeros(2, device=pick).device.type == pick.type
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines several sections.
+# Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell** below it
+# then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while the
+# stub is untouched. This section does not depend on the lesson's cells: after a kernel restart, run its first
+# cell and go on. `make progress` lists which exercises of every notebook pass.
+
+# %%
+import torch
+
+from utils.exercises import Checker
+
+ex = Checker("01")
+
+# %% [markdown]
+# ### Exercise 1 · Predict shapes and strides
+#
+# For `x = torch.arange(24).reshape(2, 3, 4)`, predict — on paper first — the shape of `a = x.sum(dim=1)`, the
+# shape of `b = x.sum(dim=1, keepdim=True)` and the strides of `c = x.transpose(0, 2)`. Write them as a list of
+# three tuples, then check. (Running the code afterwards to see why is allowed; running it instead of thinking
+# is allowed too, but teaches less.)
+
+# %%
+# ✏️ Exercise 1: replace ... with [shape of a, shape of b, strides of c], e.g. [(1, 2), (3, 4), (5, 6, 7)]
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · Channels-last, flattened
+#
+# Vision transformers read an image batch of shape `(N, C, H, W)` as a sequence of pixels: shape `(N, H*W, C)`,
+# where `out[n, h * W + w, c]` is `images[n, c, h, w]`. Write `channels_last_flat(images)` in one or two lines,
+# for any sizes.
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def channels_last_flat(images: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, channels_last_flat)
+
+# %% [markdown]
+# ### Exercise 3 · Nearest neighbours without a loop (stretch)
+#
+# Given points `a` of shape `(n, d)` and `b` of shape `(m, d)`, return `(dist2, idx)`: `dist2[i, j]` is the
+# squared Euclidean distance between `a[i]` and `b[j]` (shape `(n, m)`), and `idx[i]` is the index of the point
+# of `b` nearest to `a[i]` (shape `(n,)`). No Python loop: broadcast `a` and `b` against each other with `None`
+# (section 3's indexing), then reduce. This is the core of k-nearest-neighbour classifiers and k-means.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def nearest(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, nearest)
 
 # %% [markdown]
 # ## Summary

@@ -277,7 +277,7 @@ def check(ipynb_path: Path, readme: Path = README) -> list[str]:
     Checked: the ``.py`` source exists and has the same cells; the outputs were made from the
     current source (digest written by :func:`execute`); code cells ran once each, in order,
     in one session; no error output; no DeprecationWarning/FutureWarning on stderr; every code cell
-    shows something (compared by nbval) or asserts something; every ``# NBVAL_IGNORE_OUTPUT``
+    shows something (compared by nbval) or asserts something (an exercise stub is checked by the cell after it); every ``# NBVAL_IGNORE_OUTPUT``
     cell asserts what it shows; at least 80% of code cells are compared; the first cell's run time
     is the one measured by :func:`execute`, and its study and run times are those of the README
     syllabus (``readme``).
@@ -311,7 +311,9 @@ def check(ipynb_path: Path, readme: Path = README) -> list[str]:
                 problems.append(f"{ipynb_path.name} code cell {i}: a DeprecationWarning/FutureWarning escaped to stderr")
         lines = [ln.strip() for ln in cell.source.splitlines()]
         asserts = any(re.match(r"(assert\b|torch\.testing\.assert_close\()", ln) for ln in lines)
-        if not cell.get("outputs") and not asserts:
+        # An exercise's stub cell (``# ✏️ Exercise N``) is checked by the cell after it.
+        stub = cell.source.startswith("# ✏️ Exercise ")
+        if not cell.get("outputs") and not asserts and not stub:
             problems.append(f"{ipynb_path.name} code cell {i}: shows nothing and asserts nothing (print or assert what it does)")
         if IGNORE_MARK in lines:
             ignored += 1

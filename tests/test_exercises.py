@@ -1,0 +1,160 @@
+"""The exercises at the end of every notebook: stubs, checks, hints and the teachers' solutions.
+
+For each notebook, the "Exercises (练习)" section is run in-process (it is self-contained, see
+``utils/exercises/section.py``) three ways: as shipped (every check says "not attempted yet"), with
+every stub replaced by its solution from ``solutions/NN_topic.md`` (every check says "correct"), and
+with one stub replaced by each known-wrong answer (its check says "not yet" with the expected hint).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+from utils.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge
+from utils.exercises.section import (check_number, code_sources, exercise_cells, progress, read_notebook,
+                                     run_sources, stub_number)
+from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
+
+SOLUTIONS_DIR = REPO_ROOT / "solutions"
+SOURCES = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
+FENCE = re.compile(r"^```python (solution|wrong)(?: ([^\n]*))?\n(.*?)^```", re.M | re.S)
+
+
+def solutions(stem: str) -> dict[int, dict[str, list]]:
+    """``{exercise: {"solution": [code], "wrong": [(code, expected hint)]}}`` from ``solutions/<stem>.md``."""
+    text = (SOLUTIONS_DIR / f"{stem}.md").read_text(encoding="utf-8")
+    found: dict[int, dict[str, list]] = {}
+    for part in re.split(r"^(?=## Exercise \d+)", text, flags=re.M)[1:]:
+        number = int(re.match(r"## Exercise (\d+)", part).group(1))
+        entry = found.setdefault(number, {"solution": [], "wrong": []})
+        for kind, info, code in FENCE.findall(part):
+            entry["solution"].append(code) if kind == "solution" else entry["wrong"].append((code, json.loads(info)))
+    return found
+
+
+def section(py: Path) -> list[str]:
+    return code_sources(exercise_cells(jupytext.read(py), py.name))
+
+
+def replaced(sources: list[str], replacements: dict[int, str]) -> list[str]:
+    return [replacements.get(stub_number(s), s) if stub_number(s) is not None else s for s in sources]
+
+
+def check_lines(output: str) -> dict[int, str]:
+    return {int(m.group(1)): m.group(0) for m in re.finditer(r"^Exercise (\d+) \(练习 \d+\): .*$", output, re.M)}
+
+
+@pytest.fixture(params=SOURCES, ids=lambda p: p.stem)
+def py(request) -> Path:
+    return request.param
+
+
+def test_every_notebook_has_three_exercises_each_with_a_stub_a_check_and_a_solution(py):
+    sources = section(py)
+    stubs = [stub_number(s) for s in sources if stub_number(s) is not None]
+    checks = [check_number(s) for s in sources if check_number(s) is not None]
+    assert len(stubs) >= 3, f"{py.name}: {len(stubs)} exercises, at least 3 wanted"
+    assert stubs == checks == list(range(1, len(stubs) + 1)), f"{py.name}: stubs {stubs}, checks {checks}"
+    for i, s in enumerate(sources):  # each check cell comes right after its stub
+        if check_number(s) is not None:
+            assert stub_number(sources[i - 1]) == check_number(s), f"{py.name}: check {check_number(s)} not after its stub"
+    registry: Registry = Checker(py.stem[:2], quiet=True).registry
+    assert sorted(registry.exercises) == stubs
+    found = solutions(py.stem)
+    assert sorted(found) == stubs, f"solutions/{py.stem}.md covers exercises {sorted(found)}"
+    for number, entry in found.items():
+        assert len(entry["solution"]) >= 1, f"exercise {number}: no solution"
+        assert len(entry["wrong"]) >= 1, f"exercise {number}: no known-wrong answer"
+
+
+def test_untouched_stubs_say_not_attempted(py):
+    output = run_sources(section(py))
+    lines = check_lines(output)
+    assert lines and all("○ not attempted yet" in line for line in lines.values()), output
+    assert not re.search(r"^\w+(Error|Exception)\b", output, re.M), output
+
+
+def test_stored_outputs_say_not_attempted(py):
+    nb = nbformat.read(py.with_suffix(".ipynb"), as_version=4)
+    texts = ["".join(o.get("text", "") for o in c.outputs) for c in exercise_cells(nb, py.name)
+             if c.cell_type == "code" and check_number(c.source) is not None]
+    assert texts and all("not attempted yet" in t for t in texts), texts
+
+
+def test_reference_solutions_are_correct(py):
+    found = solutions(py.stem)
+    for choice in range(max(len(e["solution"]) for e in found.values())):
+        chosen = {n: e["solution"][min(choice, len(e["solution"]) - 1)] for n, e in found.items()}
+        output = run_sources(replaced(section(py), chosen))
+        lines = check_lines(output)
+        assert sorted(lines) == sorted(found), output
+        wrong = {n: line for n, line in lines.items() if "✓ correct" not in line}
+        assert not wrong, f"{py.name}, solution variant {choice}:\n{output}"
+
+
+def test_known_wrong_answers_get_their_hint(py):
+    for number, entry in solutions(py.stem).items():
+        for code, expected in entry["wrong"]:
+            output = run_sources(replaced(section(py), {number: code}))
+            line = check_lines(output).get(number, "")
+            assert "✗ not yet" in line and expected in line and "Re-read" in line, (
+                f"{py.name} exercise {number}: expected a hint containing {expected!r}, got:\n{output}")
+            assert "Traceback" not in output
+
+
+# The mechanism itself, on a toy registry.
+TOY = Registry("toy")
+
+
+@TOY.exercise(1, "double", "section A")
+def _double(fn):
+    value = fn(2)
+    if value == 2:
+        hint("you returned the input", "section B")
+    assert value == 4
+
+
+def test_judge_reports_every_status_without_a_traceback():
+    assert judge(TOY, 1, ...)[0] == NOT_ATTEMPTED
+
+    def stub(x):
+        raise NotImplementedError("your code here")
+
+    assert judge(TOY, 1, stub)[0] == NOT_ATTEMPTED
+    assert judge(TOY, 1, lambda x: 2 * x) == (CORRECT, "")
+    status, message = judge(TOY, 1, lambda x: x)
+    assert status == WRONG and message == "you returned the input. Re-read “section B”."
+
+    cell = {}  # a learner's function, defined in a notebook cell
+    exec(compile("def broken(x):\n    raise RuntimeError(\"view size is not compatible with input tensor's size "
+                 "and stride (at least one ...)\")\n", "<cell>", "exec"), cell)
+    status, message = judge(TOY, 1, cell["broken"])
+    assert status == WRONG and "your code raised RuntimeError in `broken` (line 2 of its cell)" in message
+    assert "use `reshape`" in message and "01 · 4. Memory layout" in message
+
+
+def test_a_broken_stub_cell_is_reported_and_the_others_still_run():
+    sources = section(SOURCES[0])
+    broken = {1: "answer_1 = [(2, 4), (2, 1, 4)"}  # a syntax error
+    output = run_sources(replaced(sources, broken))
+    lines = check_lines(output)
+    assert "✗ not yet. The cell above raised an error" in lines[1]
+    assert all("not attempted" in lines[n] for n in lines if n != 1)
+
+
+def test_progress_reads_the_saved_notebooks(tmp_path):
+    py = SOURCES[0]
+    nb = read_notebook(py)
+    for cell in exercise_cells(nb, py.name):
+        if stub_number(cell.source) == 1:
+            cell.source = solutions(py.stem)[1]["solution"][0]
+    jupytext.write(nb, tmp_path / py.with_suffix(".ipynb").name)
+    table = progress(folder=tmp_path)
+    assert re.search(rf"^{py.stem}\s+1✓  2○  3○$", table, re.M), table
+    assert table.rstrip().endswith("1 of 3 exercises correct.")

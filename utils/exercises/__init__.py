@@ -1,0 +1,199 @@
+"""Self-checking exercises (练习) at the end of every notebook, and ``make progress``.
+
+Used by the "Exercises (练习)" section of every notebook (01–12). The checks for notebook ``NN`` live
+in ``utils/exercises/nbNN.py``; this module runs them and says what a learner needs to hear:
+
+* an untouched stub says **not attempted yet** (a value left as ``...``, or a function that still
+  raises ``NotImplementedError``);
+* a right answer says **correct**;
+* a wrong one says **not yet**, with a hint that points back to the section to re-read. A check
+  raises :class:`Hint` for the usual mistakes; an exception raised by the learner's own code is
+  turned into a hint too (its type and first line, plus advice for well-known messages), never a
+  raw traceback.
+
+In a notebook::
+
+    from utils.exercises import Checker
+    ex = Checker("01")          # lists the exercises
+    ...                         # a stub cell: ``answer = ...`` or ``def f(x): raise NotImplementedError``
+    ex.check(1, answer)         # the check cell
+
+``python -m utils.exercises`` (``make progress``) runs the exercise section of each notebook as it is
+saved in ``notebooks/`` and prints which exercises pass. Solutions for teachers are in ``solutions/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+LOG_ENV_VAR = "TORCH_COURSE_EXERCISE_LOG"
+"""When set, every check also appends one JSON line to this file (read by ``make progress``)."""
+
+NOT_ATTEMPTED = "not attempted"
+CORRECT = "correct"
+WRONG = "not yet"
+
+
+class Hint(Exception):
+    """Raised by a check for a known wrong answer: what is wrong, and which section to re-read."""
+
+    def __init__(self, message: str, section: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.section = section
+
+
+def hint(message: str, section: str | None = None) -> None:
+    """Stop the check with a hint (shorthand for ``raise Hint(...)``)."""
+    raise Hint(message, section)
+
+
+def expect(condition: bool, message: str, section: str | None = None) -> None:
+    """Hint unless ``condition`` holds."""
+    if not condition:
+        raise Hint(message, section)
+
+
+@dataclass
+class Exercise:
+    number: int
+    title: str
+    section: str  # the section of the notebook to re-read, as its heading says
+    run: Callable[..., str | None]  # raises Hint when wrong; may return a remark when right
+
+
+@dataclass
+class Registry:
+    """The exercises of one notebook, filled by the :meth:`exercise` decorator in ``nbNN.py``."""
+
+    notebook: str
+    exercises: dict[int, Exercise] = field(default_factory=dict)
+
+    def exercise(self, number: int, title: str, section: str):
+        def register(run: Callable[..., str | None]) -> Callable[..., str | None]:
+            if number in self.exercises:
+                raise ValueError(f"exercise {number} of notebook {self.notebook} is registered twice")
+            self.exercises[number] = Exercise(number, title, section, run)
+            return run
+
+        return register
+
+
+# Advice for exceptions that learners' code commonly raises: (pattern in the message, advice, notebook section).
+KNOWN_ERRORS: list[tuple[str, str, str]] = [
+    (r"view size is not compatible with input tensor's size and stride",
+     "`view` cannot express this shape with the tensor's strides (a transposed tensor, say): use `reshape`, "
+     "which copies only when it must", "01 · 4. Memory layout: storage, strides, views"),
+    (r"shapes cannot be multiplied|size mismatch|must match the size of tensor",
+     "the shapes do not fit: print `.shape` of each operand and check which dimension should match",
+     "01 · 7. Broadcasting and matrix products"),
+    (r"expected scalar type|expected .*dtype|found dtype|must have the same dtype",
+     "two tensors have different dtypes: convert one with `.to(dtype)` or `.float()`", "01 · 2. Data types"),
+    (r"does not require grad and does not have a grad_fn",
+     "nothing in this computation requires a gradient: create the leaf with `requires_grad=True`",
+     "02 · autograd"),
+    (r"backward through the graph a second time",
+     "backward frees the graph it used: build the graph again, or pass `retain_graph=True` if you truly need it twice",
+     "03 · dynamic graphs"),
+    (r"leaf Variable that requires grad is being used in an in-place operation",
+     "update parameters inside `with torch.no_grad():`", "02 · autograd"),
+    (r"Expected all tensors to be on the same device",
+     "move every tensor and the model to one device with `.to(device)`", "01 · 11. Devices"),
+]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else ""
+
+
+def _explain_exception(exc: BaseException) -> tuple[str, str | None]:
+    message = str(exc)
+    where = _learner_frame(exc)
+    said = f"your code raised {type(exc).__name__}{where}: {_first_line(exc)[:200]}"
+    for pattern, advice, section in KNOWN_ERRORS:
+        if re.search(pattern, message, re.I):
+            return f"{said}. {advice}", section
+    return said, None
+
+
+def _learner_frame(exc: BaseException) -> str:
+    # Name the learner's function and line when the error happened in notebook code.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_HERE)]
+    for frame in reversed(frames):
+        if "ipykernel" in frame.filename or frame.filename.startswith("<"):
+            return f" in `{frame.name}` (line {frame.lineno} of its cell)" if frame.name != "<module>" else ""
+    return ""
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def attempted(value: Any) -> bool:
+    """A value left as ``...`` (the stub) has not been attempted."""
+    return value is not Ellipsis
+
+
+def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
+    """Run one check; return (status, message) without printing."""
+    exercise = registry.exercises[number]
+    if any(a is Ellipsis for a in answers):
+        return NOT_ATTEMPTED, "replace the `...` in the cell above with your answer, run that cell, then this one."
+    try:
+        remark = exercise.run(*answers)
+    except NotImplementedError:
+        return NOT_ATTEMPTED, "write your code in place of `raise NotImplementedError` above, run that cell, then this one."
+    except Hint as h:
+        return WRONG, _with_section(h.message, h.section or exercise.section)
+    except Exception as exc:  # the learner's code failed: say what and where, never a raw traceback
+        message, section = _explain_exception(exc)
+        return WRONG, _with_section(message, section or exercise.section)
+    return CORRECT, remark or ""
+
+
+def _with_section(message: str, section: str) -> str:
+    message = message.rstrip(".")
+    return f"{message}. Re-read “{section}”."
+
+
+def _returned_none_hint(value: Any) -> None:
+    if value is None:
+        hint("your function returned None: did you forget `return`?")
+
+
+class Checker:
+    """The exercises of one notebook, as seen from the notebook's cells."""
+
+    def __init__(self, notebook: str, quiet: bool = False):
+        self.notebook = notebook
+        self.registry: Registry = importlib.import_module(f"utils.exercises.nb{notebook}").EXERCISES
+        if not quiet:
+            print(f"Notebook {notebook}: {len(self.registry.exercises)} exercises")
+            for ex in self.registry.exercises.values():
+                print(f"  {ex.number}. {ex.title}")
+
+    def check(self, number: int, *answers: Any) -> None:
+        status, message = judge(self.registry, number, *answers)
+        mark = {CORRECT: "✓ correct", WRONG: "✗ not yet", NOT_ATTEMPTED: "○ not attempted yet"}[status]
+        line = f"Exercise {number} (练习 {number}): {mark}"
+        print(f"{line}. {message}" if message else f"{line}.")
+        log = os.environ.get(LOG_ENV_VAR)
+        if log:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"notebook": self.notebook, "exercise": number, "status": status}) + "\n")
+
+
+def returns(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call the learner's function; hint if it returns None (a forgotten ``return``)."""
+    value = fn(*args, **kwargs)
+    _returned_none_hint(value)
+    return value
+
+
+__all__ = ["Checker", "Exercise", "Hint", "Registry", "attempted", "expect", "hint", "judge", "returns"]

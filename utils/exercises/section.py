@@ -1,0 +1,143 @@
+"""Finding and running the "Exercises (练习)" section of a notebook (``make progress`` and the tests).
+
+The section starts at the markdown heading ``## Exercises (练习)`` and ends at ``## Summary``. It
+is self-contained: its first code cell imports what the exercises need, so it runs in a fresh
+kernel, or in a fresh process here, without the lesson above it. Inside it:
+
+* a **stub cell** starts with ``# ✏️ Exercise N`` — the learner edits it;
+* a **check cell** calls ``ex.check(N, ...)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+from utils.exercises import CORRECT, LOG_ENV_VAR, NOT_ATTEMPTED, WRONG
+from utils.paths import NOTEBOOKS_DIR
+
+HEADING = "## Exercises (练习)"
+STUB_RE = re.compile(r"^# ✏️ Exercise (\d+)")
+CHECK_RE = re.compile(r"\bex\.check\((\d+)")
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """A notebook from its ``.ipynb`` or ``.py``: whichever of the pair was saved last."""
+    path = Path(path)
+    pair = [p for p in (path.with_suffix(".ipynb"), path.with_suffix(".py")) if p.exists()]
+    if not pair:
+        raise FileNotFoundError(f"{path}: no such notebook (.ipynb or .py)")
+    newest = max(pair, key=lambda p: p.stat().st_mtime)
+    return jupytext.read(newest)
+
+
+def exercise_cells(nb: nbformat.NotebookNode, name: str = "notebook") -> list[nbformat.NotebookNode]:
+    """The cells from the Exercises heading up to (not including) the Summary heading."""
+    starts = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(HEADING)]
+    if len(starts) != 1:
+        raise ValueError(f"{name}: expected one '{HEADING}' heading, found {len(starts)}")
+    ends = [i for i, c in enumerate(nb.cells) if i > starts[0] and c.cell_type == "markdown"
+            and c.source.lstrip().lower().startswith("## summary")]
+    if not ends:
+        raise ValueError(f"{name}: no '## Summary' after '{HEADING}'")
+    return nb.cells[starts[0]:ends[0]]
+
+
+def stub_number(source: str) -> int | None:
+    m = STUB_RE.match(source)
+    return int(m.group(1)) if m else None
+
+
+def check_number(source: str) -> int | None:
+    m = CHECK_RE.search(source)
+    return int(m.group(1)) if m else None
+
+
+def code_sources(cells: list[nbformat.NotebookNode]) -> list[str]:
+    return [c.source for c in cells if c.cell_type == "code"]
+
+
+def run_sources(sources: list[str], namespace: dict | None = None) -> str:
+    """Execute cell sources in one namespace, as a kernel would; return what they printed.
+
+    A cell that raises stops nothing: its exception is printed as one line (a learner's broken stub
+    cell must not hide the other exercises), and the check of a broken stub reports "not yet".
+    """
+    namespace = {"__name__": "__exercises__"} if namespace is None else namespace
+    out = io.StringIO()
+    failed = False  # did the cell just before this one raise?
+    with contextlib.redirect_stdout(out):
+        for source in sources:
+            number = check_number(source)
+            if number is not None and failed:
+                print(f"Exercise {number} (练习 {number}): ✗ not yet. The cell above raised an error.")
+                _log(number, WRONG, namespace)
+                continue
+            try:
+                exec(compile(_strip_magics(source), "<cell>", "exec"), namespace)
+                failed = False
+            except Exception as exc:  # noqa: BLE001 - reported, as a notebook would
+                print(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                failed = True
+    return out.getvalue()
+
+
+def _strip_magics(source: str) -> str:
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def _log(number: int, status: str, namespace: dict) -> None:
+    log = os.environ.get(LOG_ENV_VAR)
+    checker = namespace.get("ex")
+    if log and checker is not None:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"notebook": checker.notebook, "exercise": number, "status": status}) + "\n")
+
+
+def _run_in_subprocess(path: Path, timeout: int) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp, "log.jsonl")
+        env = dict(os.environ, **{LOG_ENV_VAR: str(log), "MPLBACKEND": "Agg"})
+        code = ("import sys; from pathlib import Path; from utils.exercises.section import *; "
+                "run_sources(code_sources(exercise_cells(read_notebook(Path(sys.argv[1])), sys.argv[1])))")
+        subprocess.run([sys.executable, "-c", code, str(path)], cwd=NOTEBOOKS_DIR, env=env, timeout=timeout,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True, text=True)
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def progress(names: list[str] | None = None, folder: Path = NOTEBOOKS_DIR, timeout: int = 300) -> str:
+    """A table of which exercises pass, per notebook, from the notebooks as saved in ``folder``."""
+    paths = sorted(p for p in Path(folder).glob("[0-9][0-9]_*.ipynb"))
+    if names:
+        paths = [p for p in paths if any(p.name.startswith(n) for n in names)]
+        if not paths:
+            raise SystemExit(f"no notebook in {folder} starts with {' or '.join(names)}: give a number such as 01")
+    mark = {CORRECT: "✓", WRONG: "✗", NOT_ATTEMPTED: "○"}
+    lines = ["Exercises per notebook: ✓ correct, ✗ not yet, ○ not attempted", ""]
+    done = total = 0
+    for path in paths:
+        try:
+            records = _run_in_subprocess(path, timeout)
+        except subprocess.CalledProcessError as exc:
+            lines.append(f"{path.stem:45s} could not run its exercises: {exc.stderr.strip().splitlines()[-1]}")
+            continue
+        except subprocess.TimeoutExpired:
+            lines.append(f"{path.stem:45s} its exercises ran longer than {timeout} s")
+            continue
+        status = {r["exercise"]: r["status"] for r in records}  # the last check of each exercise counts
+        done += sum(s == CORRECT for s in status.values())
+        total += len(status)
+        marks = "  ".join(f"{n}{mark[s]}" for n, s in sorted(status.items()))
+        lines.append(f"{path.stem:45s} {marks}")
+    lines += ["", f"{done} of {total} exercises correct."]
+    return "\n".join(lines)
