@@ -9,7 +9,7 @@ NB ?=
 PYTEST_NB := -p no:cacheprovider --nbval --nbval-current-env \
 	--nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: help venv lab test test-portable test-lax test-gpu test-learner execute check clean distclean
+.PHONY: help venv lab test test-portable test-lax test-gpu test-learner test-browser progress execute check clean distclean
 help:
 	@echo "make lab       create/refresh .venv and open JupyterLab on notebooks/"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
@@ -17,6 +17,8 @@ help:
 	@echo "make test-portable  re-run every notebook under other numeric configurations (outputs compared)"
 	@echo "make test-lax  asserts only, on the best device (ARM laptops, CUDA, MPS); test-gpu is the same"
 	@echo "make test-learner  run every notebook as a learner does: all cores, warnings shown, no comparison"
+	@echo "make test-browser  a learner's exercise in JupyterLab, driven in headless Chromium (installs it if missing)"
+	@echo "make progress  which exercises pass, per notebook (NB=01 for one notebook)"
 	@echo "make clean     remove generated files (runs, caches); distclean also removes .venv"
 
 # The venv is rebuilt when it is missing or requirements.txt is newer than the last install.
@@ -34,7 +36,7 @@ lab: $(STAMP)
 		$$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) tests notebooks
+	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) --ignore=tests/browser tests notebooks
 
 # Every compared output must also come out of the narrowest code paths and of two threads
 # (PORTABLE_CONFIGS in utils/notebooks.py); two-threads runs one notebook at a time, on both cores.
@@ -51,6 +53,28 @@ test-gpu: test-lax
 
 test-learner: $(STAMP)
 	$(PY) -m utils.notebooks learner $(NB)
+
+# Debian's Chromium and CJK fonts (the notebooks print Chinese terms), installed when missing; elsewhere
+# set TORCH_COURSE_CHROMIUM to a Chromium or Chrome binary. Playwright comes from requirements-browser.txt.
+BROWSER_DEBS := chromium chromium-driver fonts-noto-cjk
+$(VENV)/.browser: requirements-browser.txt $(STAMP)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements-browser.txt
+	@touch $@
+
+test-browser: $(VENV)/.browser
+	@if [ -z "$$TORCH_COURSE_CHROMIUM" ]; then \
+	  missing=$$(for p in $(BROWSER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    command -v apt-get >/dev/null || { echo "make test-browser: no apt-get to install $$missing;" \
+	      "set TORCH_COURSE_CHROMIUM=/path/to/chromium instead"; exit 1; }; \
+	    sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); echo "installing Debian packages:" $$missing; \
+	    $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	fi
+	$(PY) -m pytest -p no:cacheprovider -v tests/browser
+
+progress: $(STAMP)
+	$(PY) -m utils.exercises $(NB)
 
 execute: $(STAMP)
 	$(PY) -m utils.notebooks execute -j $(JOBS) $(NB)

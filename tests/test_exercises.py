@@ -103,7 +103,8 @@ def test_known_wrong_answers_get_their_hint(py):
         for code, expected in entry["wrong"]:
             output = run_sources(replaced(section(py), {number: code}))
             line = check_lines(output).get(number, "")
-            assert "✗ not yet" in line and expected in line and "Re-read" in line, (
+            capitalised = expected[:1].upper() + expected[1:]  # a hint's first letter is printed upper-case
+            assert "✗ not yet" in line and (expected in line or capitalised in line) and "Re-read" in line, (
                 f"{py.name} exercise {number}: expected a hint containing {expected!r}, got:\n{output}")
             assert "Traceback" not in output
 
@@ -129,13 +130,13 @@ def test_judge_reports_every_status_without_a_traceback():
     assert judge(TOY, 1, stub)[0] == NOT_ATTEMPTED
     assert judge(TOY, 1, lambda x: 2 * x) == (CORRECT, "")
     status, message = judge(TOY, 1, lambda x: x)
-    assert status == WRONG and message == "you returned the input. Re-read “section B”."
+    assert status == WRONG and message == "You returned the input. Re-read “section B”."
 
     cell = {}  # a learner's function, defined in a notebook cell
     exec(compile("def broken(x):\n    raise RuntimeError(\"view size is not compatible with input tensor's size "
                  "and stride (at least one ...)\")\n", "<cell>", "exec"), cell)
     status, message = judge(TOY, 1, cell["broken"])
-    assert status == WRONG and "your code raised RuntimeError in `broken` (line 2 of its cell)" in message
+    assert status == WRONG and "Your code raised RuntimeError in `broken` (line 2 of its cell)" in message
     assert "use `reshape`" in message and "01 · 4. Memory layout" in message
 
 

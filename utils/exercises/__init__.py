@@ -144,11 +144,11 @@ def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
     """Run one check; return (status, message) without printing."""
     exercise = registry.exercises[number]
     if any(a is Ellipsis for a in answers):
-        return NOT_ATTEMPTED, "replace the `...` in the cell above with your answer, run that cell, then this one."
+        return NOT_ATTEMPTED, "Replace the `...` in the cell above with your answer, run that cell, then this one."
     try:
         remark = exercise.run(*answers)
     except NotImplementedError:
-        return NOT_ATTEMPTED, "write your code in place of `raise NotImplementedError` above, run that cell, then this one."
+        return NOT_ATTEMPTED, "Write your code in place of `raise NotImplementedError` above, run that cell, then this one."
     except Hint as h:
         return WRONG, _with_section(h.message, h.section or exercise.section)
     except Exception as exc:  # the learner's code failed: say what and where, never a raw traceback
@@ -159,7 +159,7 @@ def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
 
 def _with_section(message: str, section: str) -> str:
     message = message.rstrip(".")
-    return f"{message}. Re-read “{section}”."
+    return f"{message[:1].upper()}{message[1:]}. Re-read “{section}”."
 
 
 def _returned_none_hint(value: Any) -> None:

@@ -1,0 +1,151 @@
+"""A learner's path through an exercise, in a real browser (``make test-browser``).
+
+Starts JupyterLab from the course's venv on 127.0.0.1, drives Debian's Chromium headless with
+Playwright (``/usr/bin/chromium``; Playwright never downloads a browser here), opens notebook 01,
+runs its exercise setup cell, types a wrong answer into exercise 1 and reads the hint on the page,
+then types the right answer and reads the success. Screenshots go to ``runs/test-browser/``.
+
+Not part of ``make test``: it needs Chromium (``make test-browser`` installs it when missing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
+
+CHROMIUM = os.environ.get("TORCH_COURSE_CHROMIUM", "/usr/bin/chromium")
+NOTEBOOK = "01_tensors.ipynb"
+OUT = REPO_ROOT / "runs" / "test-browser"
+TOKEN = "torch-course-browser-test"
+WRONG = "answer_1 = [(2, 1, 4), (2, 4), (1, 4, 12)]"  # a and b swapped: keepdim misread
+RIGHT = "answer_1 = [(2, 4), (2, 1, 4), (1, 4, 12)]"
+
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install -r requirements-browser.txt")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab on 127.0.0.1 serving a copy of the notebook, with its own config and settings."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: run `make test-browser`, which installs Debian's chromium")
+    root = tmp_path_factory.mktemp("lab")
+    work = root / "notebooks"
+    work.mkdir()
+    shutil.copy(NOTEBOOKS_DIR / NOTEBOOK, work / NOTEBOOK)  # the learner's edits must not touch the repo
+    port = _free_port()
+    env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", JUPYTER_CONFIG_DIR=str(root / "config"),
+               JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
+               JUPYTER_RUNTIME_DIR=str(root / "runtime"), TORCH_COURSE_DEVICE="cpu")
+    # No news pop-up (and no request for news): the test talks to 127.0.0.1 only.
+    notification = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notification.parent.mkdir(parents=True)
+    notification.write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    log = open(root / "lab.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--ServerApp.root_dir={work}", f"--IdentityProvider.token={TOKEN}",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start; its log:\n{(root / 'lab.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _cell(page, text: str):
+    return page.locator(".jp-Notebook .jp-CodeCell").filter(has_text=text).first
+
+
+def _type_into(page, cell, source: str) -> None:
+    """Click into a cell's editor, select everything and type the new source, as a learner does."""
+    editor = cell.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.press("Backspace")
+    page.keyboard.type(source)
+
+
+def _run(page, cell, timeout_s: float = 120) -> str:
+    """Shift+Enter in the cell, wait until the kernel has run it, return its output text.
+
+    The notebook opens with its stored outputs (as a learner sees it), so the run is known to be
+    over when the execution count in the cell's prompt has changed, not when some output is there.
+    """
+    prompt = cell.locator(".jp-InputPrompt")
+    before = prompt.text_content()
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    deadline = time.monotonic() + timeout_s
+    while (now := prompt.text_content()) in (before, "[*]:") or "*" in now:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the cell did not finish in {timeout_s} s (prompt {now!r})")
+        time.sleep(0.2)
+    return cell.locator(".jp-OutputArea").text_content()
+
+
+def test_a_learner_gets_a_hint_then_a_success(lab):
+    OUT.mkdir(parents=True, exist_ok=True)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(f"{lab}/lab/tree/{NOTEBOOK}?token={TOKEN}")
+            page.locator(".jp-Notebook").wait_for()
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=120_000)
+
+            setup = _cell(page, 'ex = Checker("01")')
+            assert "Notebook 01: 3 exercises" in _run(page, setup)
+
+            stub, check = _cell(page, "# ✏️ Exercise 1"), _cell(page, "ex.check(1, answer_1)")
+            _run(page, stub)
+            assert "○ not attempted yet" in _run(page, check)  # the stub as shipped
+
+            _type_into(page, stub, "# ✏️ Exercise 1: my answer\n" + WRONG)
+            _run(page, stub)
+            text = _run(page, check)
+            assert "✗ not yet" in text and "A and b are swapped" in text and "Re-read" in text, text
+            assert "Traceback" not in text
+            check.scroll_into_view_if_needed()
+            page.screenshot(path=str(OUT / "exercise-hint.png"))
+
+            _type_into(page, stub, "# ✏️ Exercise 1: my answer\n" + RIGHT)
+            _run(page, stub)
+            text = _run(page, check)
+            assert "Exercise 1 (练习 1): ✓ correct" in text, text
+            page.screenshot(path=str(OUT / "exercise-correct.png"))
+        finally:
+            browser.close()
+    print(f"screenshots: {OUT.relative_to(REPO_ROOT)}/exercise-hint.png, exercise-correct.png")
