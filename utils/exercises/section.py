@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jupytext
@@ -125,19 +126,25 @@ def progress(names: list[str] | None = None, folder: Path = NOTEBOOKS_DIR, timeo
     mark = {CORRECT: "✓", WRONG: "✗", NOT_ATTEMPTED: "○"}
     lines = ["Exercises per notebook: ✓ correct, ✗ not yet, ○ not attempted", ""]
     done = total = 0
-    for path in paths:
-        try:
-            records = _run_in_subprocess(path, timeout)
-        except subprocess.CalledProcessError as exc:
-            lines.append(f"{path.stem:45s} could not run its exercises: {exc.stderr.strip().splitlines()[-1]}")
-            continue
-        except subprocess.TimeoutExpired:
-            lines.append(f"{path.stem:45s} its exercises ran longer than {timeout} s")
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:  # one process each
+        results = list(pool.map(lambda p: _records_or_problem(p, timeout), paths))
+    for path, (records, problem) in zip(paths, results):
+        if problem:
+            lines.append(f"{path.stem:45s} {problem}")
             continue
         status = {r["exercise"]: r["status"] for r in records}  # the last check of each exercise counts
         done += sum(s == CORRECT for s in status.values())
         total += len(status)
-        marks = "  ".join(f"{n}{mark[s]}" for n, s in sorted(status.items()))
-        lines.append(f"{path.stem:45s} {marks}")
+        lines.append(f"{path.stem:45s} " + "  ".join(f"{n}{mark[s]}" for n, s in sorted(status.items())))
     lines += ["", f"{done} of {total} exercises correct."]
     return "\n".join(lines)
+
+
+def _records_or_problem(path: Path, timeout: int) -> tuple[list[dict], str | None]:
+    try:
+        return _run_in_subprocess(path, timeout), None
+    except subprocess.CalledProcessError as exc:
+        last = (exc.stderr.strip().splitlines() or ["no message"])[-1]
+        return [], f"could not run its exercises: {last.replace(str(path.parent) + os.sep, '')}"
+    except subprocess.TimeoutExpired:
+        return [], f"its exercises ran longer than {timeout} s"
