@@ -90,6 +90,9 @@ KNOWN_ERRORS: list[tuple[str, str, str]] = [
     (r"view size is not compatible with input tensor's size and stride",
      "`view` cannot express this shape with the tensor's strides (a transposed tensor, say): use `reshape`, "
      "which copies only when it must", "01 · 4. Memory layout: storage, strides, views"),
+    (r"shape '\[.*\]' is invalid for input of size",
+     "the new shape must hold exactly as many elements as the tensor: compute sizes from `x.shape` (or use -1 "
+     "once) instead of typing numbers", "01 · 3. Dimensions and shapes"),
     (r"shapes cannot be multiplied|size mismatch|must match the size of tensor",
      "the shapes do not fit: print `.shape` of each operand and check which dimension should match",
      "01 · 7. Broadcasting and matrix products"),
@@ -119,7 +122,7 @@ def _explain_exception(exc: BaseException) -> tuple[str, str | None]:
     said = f"your code raised {type(exc).__name__}{where}: {_first_line(exc)[:200]}"
     for pattern, advice, section in KNOWN_ERRORS:
         if re.search(pattern, message, re.I):
-            return f"{said}. {advice}", section
+            return f"{said.rstrip('.')}. {advice[:1].upper()}{advice[1:]}", section
     return said, None
 
 
