@@ -14,9 +14,10 @@
 #   copies, and why `.contiguous().view()` is not the same as `reshape`;
 # - share memory with NumPy and images knowingly (which conversions copy and which do not);
 # - broadcast, multiply matrices, compare floats, name dimensions with einops, and move tensors to an
-#   accelerator (`torch.accelerator`).
+#   accelerator (`torch.accelerator`);
+# - practise all of it in three self-checking exercises at the end.
 #
-# **You should know:** Python and a little NumPy. **Study time:** about 45 min. **Run time:** 10 s on the 2-core
+# **You should know:** Python and a little NumPy. **Study time:** about 60 min. **Run time:** 10 s on the 2-core
 # course machine (one thread, measured by `make execute`).
 # **On a GPU:** the last section moves tensors to `cuda`; everything else is the same.
 #
