@@ -20,8 +20,8 @@
 # **Before this notebook.** Notebook 01 (creating tensors, shapes, dtypes, `requires_grad` as an
 # attribute). Calculus at the level of the chain rule and partial derivatives.
 #
-# **Study time:** about 60 min. **Run time:** 15 s on the 2-core course machine (one thread, measured
-# by `make execute`), most of it importing PyTorch. The slowest cells are the numerical gradient check of the convolution and the three short training runs
+# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 15 s on the 2-core course
+# machine (one thread, measured by `make execute`), most of it importing PyTorch. The slowest cells are the numerical gradient check of the convolution and the three short training runs
 # with a gradient penalty (1–2 s each).
 #
 # **On a GPU.** Nothing changes in what you learn: the optimizer, the convolution check, the
@@ -1293,6 +1293,103 @@ plt.ylabel("squared error")
 plt.title("Five implementations, one loss curve")
 plt.legend()
 plt.show()
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict a gradient, write a custom `Function`, then a stretch that combines this
+# notebook with notebook 01's broadcasting. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it
+# and run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to
+# re-read, or *not attempted yet* while the stub is untouched. This section does not depend on the lesson's cells:
+# after a kernel restart, run its first cell and go on. `make progress` lists which exercises of every notebook
+# pass.
+
+# %%
+import torch
+import torch.nn.functional as F
+
+from utils.exercises import Checker
+
+ex = Checker("02")
+
+# %% [markdown]
+# ### Exercise 1 · Predict a vector–Jacobian product, then an accumulation
+#
+# The notes' reading list for `backward()` asks why `backward` has a `grad_variables` argument (today's
+# `gradient`). Section 2 answered: for a non-scalar `y`, `backward(gradient=g)` computes the vector–Jacobian
+# product $g^\top J$. Predict, on paper, what this code prints:
+#
+# ```python
+# x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+# y = x * x.sum()                                      # every y_i depends on every x_j
+# y.backward(gradient=torch.tensor([1.0, 0.0, -2.0]))
+# print(x.grad.tolist())                               # first
+# (x ** 2).sum().backward()                            # a second backward pass, no zeroing
+# print(x.grad.tolist())                               # second
+# ```
+#
+# Write $J_{ij} = \partial y_i / \partial x_j$ first (it has two terms), then `x.grad[j]` $= \sum_i g_i J_{ij}$.
+# Section 4 tells what the second backward does to `x.grad`.
+
+# %%
+# ✏️ Exercise 1: replace ... with [first, second], two lists of three numbers, e.g. [[1, 2, 3], [4, 5, 6]]
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · A numerically stable Softplus `Function`
+#
+# $\mathrm{softplus}(x) = \log(1 + e^x)$ is a smooth ReLU, and its derivative is $\sigma(x)$, the sigmoid.
+# Written as it reads, it breaks in float32: $e^{x}$ overflows to `inf` above $x \approx 88.7$, so
+# `torch.log(1 + torch.exp(x))` returns `inf` for $x = 100$ instead of 100. The identity
+# $\log(1 + e^x) = \max(x, 0) + \log(1 + e^{-|x|})$ (`torch.log1p` for the last term) never exponentiates a
+# positive number.
+#
+# Write `Softplus`, a `torch.autograd.Function` (section 6): `forward` computes the stable formula and saves what
+# `backward` needs; `backward` returns the gradient of the input by the chain rule. Write `backward` with PyTorch
+# operations, so that it can itself be differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section
+# 7) in float64, and compares with `F.softplus` in float32 from $x = -100$ to $100$.
+
+# %%
+# ✏️ Exercise 2: write forward and backward
+class Softplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        raise NotImplementedError("your code here")
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, Softplus)
+
+# %% [markdown]
+# ### Exercise 3 · The backward of a linear layer, for any batch shape (stretch)
+#
+# `F.linear(x, weight, bias)` computes `x @ weight.T + bias` for `x` of shape `(..., in)`: any number of leading
+# dimensions (a batch, a batch of sequences, ...), `weight` of shape `(out, in)`, `bias` of shape `(out,)`.
+# The matrix product applies the same `weight` at every leading position, and `bias` is broadcast to all of them
+# (notebook 01, section 7).
+#
+# Write `linear_backward(x, weight, bias, grad_out)`: given `grad_out` $= \partial L/\partial\,$output (shape
+# `(..., out)`), return `(grad_x, grad_weight, grad_bias)`, each shaped like its tensor: what autograd computes.
+# Section 6's `LinearFunction` does it for a 2-D `x`; the new part is the rule behind broadcasting's backward: a
+# tensor used at many positions receives the **sum** of the gradients from all of them. Write it with tensor
+# operations; the check calls your function under `torch.no_grad()`, on 2-D, 3-D and 4-D inputs.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def linear_backward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, linear_backward)
 
 # %% [markdown]
 # ## Summary

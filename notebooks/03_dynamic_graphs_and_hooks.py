@@ -26,8 +26,8 @@
 #
 # **Before this notebook** you should know tensors and `requires_grad`/`backward()` basics (notebooks 01–02).
 #
-# **Study time:** about 60 min. **Run time:** 10 s on the 2-core course machine (one thread, measured by
-# `make execute`); the slowest parts are importing TensorBoard and tracing the graph.
+# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 10 s on the 2-core course machine
+# (one thread, measured by `make execute`); the slowest parts are importing TensorBoard and tracing the graph.
 #
 # **On a GPU.** The models and their inputs go to `get_device()`; every graph, hook and error below
 # behaves the same on CUDA (the graph nodes have the same names), only the numbers drawn from the random
@@ -995,6 +995,97 @@ ax.set_title("Backward graph of F.mse_loss(mlp(x), y), walked from loss.grad_fn"
 ax.set(xlim=(0, 1), ylim=(0, 1))
 ax.axis("off")
 plt.show()
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict which tensors keep a gradient, write a tensor hook, then a stretch that
+# combines module hooks with notebook 02's linear backward and notebook 01's broadcasting. Each has a **stub cell**
+# that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell** below it then says *correct*, or
+# *not yet* with a hint and the section to re-read, or *not attempted yet* while the stub is untouched. This
+# section does not depend on the lesson's cells: after a kernel restart, run its first cell and go on.
+# `make progress` lists which exercises of every notebook pass.
+
+# %%
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.exercises import Checker
+
+ex = Checker("03")
+
+# %% [markdown]
+# ### Exercise 1 · Which tensors are leaves, which keep a `.grad`?
+#
+# The notes ask two questions: what is a leaf tensor (什么是叶子节点张量呢？), and why are `loss.grad`, `y1.grad` and
+# `y2.grad` `None` after `backward()` (这是为什么呢？). Answer them for this code, on paper first (sections 4 and 6):
+#
+# ```python
+# w = torch.tensor([1.0, 2.0], requires_grad=True)
+# c = torch.tensor([3.0, 4.0])
+# d = torch.ones(2, requires_grad=True).double()
+# y = w * c
+# y.retain_grad()
+# z = y.sum() + d.sum()
+# u = w.detach()
+# with torch.no_grad():
+#     n = w * 2
+# z.backward()
+# ```
+#
+# Which of `w, c, d, y, z, u, n` are leaves (`is_leaf`)? Which have a `.grad` that is not `None` after
+# `z.backward()`?
+
+# %%
+# ✏️ Exercise 1: replace ... with (set of the leaves, set of the tensors with a .grad), e.g. ({"w", "c"}, {"w"})
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · Scale a gradient with a tensor hook
+#
+# Write `scale_grad(t, alpha)`: it returns a tensor equal to `t`, such that the gradient flowing back **through
+# it** is multiplied by `alpha`, while other uses of `t` are untouched. (With a negative `alpha` it is the
+# gradient reversal layer that notebook 02 wrote as the custom `Function` `GradCoeff`; here use a hook, section 5.) Think
+# about which tensor the hook must hang on, and what the hook must return. When `t` does not require grad there
+# is nothing to scale: return it unchanged.
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def scale_grad(t: torch.Tensor, alpha: float) -> torch.Tensor:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, scale_grad)
+
+# %% [markdown]
+# ### Exercise 3 · Per-sample gradients with module hooks (stretch)
+#
+# Differentially private training (DP-SGD) and some data-cleaning tools need the gradient of every *sample*, not
+# only the batch's sum. For an `nn.Linear` layer hooks give them cheaply. The layer computes
+# `out = inp @ weight.T + bias`, so (notebook 02, section 6's `LinearFunction`)
+# `weight.grad = grad_out.T @ inp` $= \sum_i$ `outer(grad_out[i], inp[i])`: sample `i` contributes
+# `outer(grad_out[i], inp[i])`, a matrix shaped like `weight`, where `inp` is what entered the layer and
+# `grad_out` the gradient of the loss with respect to the layer's output.
+#
+# Write `per_sample_grads(model, layer, x, loss_fn)`: `layer` is an `nn.Linear` somewhere inside `model`. Register
+# a forward hook that keeps the layer's input and a full backward hook that keeps `grad_output` (section 9), run
+# `loss_fn(model(x)).backward()`, remove the hooks, and return the contributions of the `N` samples of `x`, shape
+# `(N, out_features, in_features)`, computed without a loop by broadcasting (notebook 01, section 7). They add up
+# to `layer.weight.grad`.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def per_sample_grads(model: nn.Module, layer: nn.Linear, x: torch.Tensor, loss_fn) -> torch.Tensor:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, per_sample_grads)
 
 # %% [markdown]
 # ## Summary

@@ -1,0 +1,151 @@
+"""Checks for the exercises of notebook 02 · autograd (``notebooks/02_autograd.py``)."""
+
+import torch
+import torch.nn.functional as F
+
+from utils.exercises import Registry, expect, hint, returns
+
+EXERCISES = Registry("02")
+
+VJP = "2. `backward()` on a non-scalar: the `gradient` argument"
+ACCUMULATE = "4. The graph is freed; gradients accumulate (梯度累加)"
+FUNCTIONS = "6. Custom Functions (自定义算子)"
+GRADCHECK = "7. Checking a Function: `gradcheck` and `gradgradcheck` (梯度检查)"
+BROADCASTING = "01 · 7. Broadcasting (广播) and matrix products (矩阵乘法)"
+
+
+def _numbers(value, name):
+    """A list of three floats from a list, tuple or tensor, or a hint."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    expect(isinstance(value, (list, tuple)) and len(value) == 3
+           and all(isinstance(v, (int, float)) for v in value),
+           f"{name}: write the three numbers of x.grad as a list, e.g. [1.0, 2.0, 3.0]")
+    return torch.tensor([float(v) for v in value], dtype=torch.float64)
+
+
+@EXERCISES.exercise(1, "Predict a vector–Jacobian product, then an accumulation (predict)", VJP)
+def predict_vjp(answer):
+    expect(isinstance(answer, (list, tuple)) and len(answer) == 2,
+           "give a list of two lists: [x.grad after the first backward, x.grad after the second]")
+    first, second = _numbers(answer[0], "first"), _numbers(answer[1], "second")
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    g = torch.tensor([1.0, 0.0, -2.0], dtype=torch.float64)
+    s = x.sum()
+    right = g * s + (g * x).sum()  # (g^T J)_j = sum_i g_i (delta_ij s + x_i)
+
+    def same(a, b):
+        return torch.allclose(a, b, atol=1e-6)
+
+    if same(first, g * s):
+        hint("first: you treated y = x * x.sum() as element-wise. x.sum() depends on every x_j too, so "
+             "dy_i/dx_j = delta_ij * x.sum() + x_i: the Jacobian is not diagonal")
+    if same(first, torch.full((3,), 2 * s.item(), dtype=torch.float64)):
+        hint("first: that is the gradient of y.sum() (gradient = ones); the vector is [1, 0, -2], and it "
+             "weights each y_i")
+    if same(first, g * s + x * g.sum()):
+        hint("first: you computed J g (a Jacobian-vector product). backward computes g^T J: "
+             "x.grad[j] = sum over i of g[i] * dy_i/dx_j")
+    expect(same(first, right), "first: x.grad[j] = sum over i of g[i] * dy_i/dx_j, with "
+           "dy_i/dx_j = delta_ij * x.sum() + x_i (two terms: x_i itself, and x_i inside the sum)")
+    if same(second, 2 * x):
+        hint("second: backward does not reset x.grad. The new gradient 2x is added to what was there",
+             ACCUMULATE)
+    expect(same(second, right + 2 * x), "second: x.grad keeps the first result and adds the gradient of "
+           "(x ** 2).sum(), which is 2x", ACCUMULATE)
+
+
+@EXERCISES.exercise(2, "A numerically stable Softplus Function (write a Function)", FUNCTIONS)
+def softplus_function(cls):
+    expect(isinstance(cls, type) and issubclass(cls, torch.autograd.Function),
+           "pass the class itself (`Softplus`), a subclass of torch.autograd.Function")
+    x = torch.tensor([-100.0, -20.0, -3.0, -0.5, 0.0, 0.5, 3.0, 20.0, 100.0], requires_grad=True)
+    y = cls.apply(x)
+    expect(isinstance(y, torch.Tensor), f"forward should return a tensor, not a {type(y).__name__}")
+    expect(tuple(y.shape) == tuple(x.shape), f"forward should keep the shape {tuple(x.shape)}, not {tuple(y.shape)}")
+    expect(y.dtype == x.dtype, f"forward should keep the dtype {x.dtype}, not {y.dtype}")
+    reference = F.softplus(x.detach())
+    if not torch.isfinite(y).all():
+        hint("forward gives inf or nan for large inputs: exp(100) overflows float32 (its largest value is about "
+             "3.4e38 = exp(88.7)). Use the identity max(x, 0) + log1p(exp(-|x|)), whose exp never overflows")
+    expect(torch.allclose(y.detach(), reference, rtol=1e-5, atol=1e-6),
+           "forward's values differ from F.softplus: softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))")
+    upstream = torch.linspace(-2.0, 2.0, x.numel())  # not all ones: the chain rule must use it
+    (gx,) = torch.autograd.grad(y, x, upstream)
+    expect(gx is not None and tuple(gx.shape) == tuple(x.shape), "backward should return one gradient shaped "
+           "like the input")
+    if not torch.isfinite(gx).all():
+        hint("backward gives inf or nan for large inputs: exp(x) / (1 + exp(x)) is inf / inf at x = 100. "
+             "torch.sigmoid(x) is the same function, computed without overflow")
+    sig = torch.sigmoid(x.detach())
+    if torch.allclose(gx, sig, atol=1e-6):
+        hint("backward returns the derivative sigmoid(x) alone: multiply it by grad_output (the chain rule: "
+             "dL/dx = dL/dy * dy/dx)")
+    if torch.allclose(gx, upstream * torch.sigmoid(reference), atol=1e-6):
+        hint("backward evaluates sigmoid at the output: the derivative is sigmoid(x) of the *input*. If you saved "
+             "the output y, sigmoid(x) = 1 - exp(-y)")
+    expect(torch.allclose(gx, upstream * sig, rtol=1e-5, atol=1e-6),
+           "backward's gradient is wrong: it should be grad_output * sigmoid(x)")
+    gen = torch.Generator().manual_seed(2)
+    for n in (1, 7):
+        x64 = (torch.rand(n, 3, generator=gen, dtype=torch.float64) * 12 - 6).requires_grad_()
+        expect(torch.autograd.gradcheck(cls.apply, (x64,), raise_exception=False),
+               "gradcheck fails in float64: backward does not match the numerical derivative", GRADCHECK)
+        if not torch.autograd.gradgradcheck(cls.apply, (x64,), raise_exception=False):
+            hint("gradcheck passes but gradgradcheck fails: the backward is not differentiable. Write it with "
+                 "PyTorch operations on the saved tensors (no @once_differentiable, .detach(), .item() or NumPy)",
+                 GRADCHECK)
+
+
+def _reference_linear_grads(x, weight, bias, grad_out):
+    x, weight, bias = (t.detach().clone().requires_grad_() for t in (x, weight, bias))
+    return torch.autograd.grad(F.linear(x, weight, bias), (x, weight, bias), grad_out)
+
+
+@EXERCISES.exercise(3, "The backward of a linear layer, for any batch shape (stretch)", FUNCTIONS)
+def linear_backward(fn):
+    gen = torch.Generator().manual_seed(3)
+    n_in, n_out = 4, 3
+    for lead in ((5,), (2, 5), (3, 2, 4)):  # a batch; a batch of sequences; one more dimension
+        x = torch.randn(*lead, n_in, generator=gen)
+        weight, bias = torch.randn(n_out, n_in, generator=gen), torch.randn(n_out, generator=gen)
+        grad_out = torch.randn(*lead, n_out, generator=gen)
+        try:
+            with torch.no_grad():  # the backward is written by hand, as in a custom Function
+                result = returns(fn, x, weight, bias, grad_out)
+        except RuntimeError as err:
+            if "does not require grad" in str(err) or "does not have a grad_fn" in str(err):
+                hint("autograd is off during this check: compute the three gradients with tensor operations "
+                     "(matrix products and sums), not with backward() or torch.autograd.grad")
+            raise
+        expect(isinstance(result, (tuple, list)) and len(result) == 3,
+               "return a tuple of three tensors: (grad_x, grad_weight, grad_bias)")
+        gx, gw, gb = result
+        expect(all(isinstance(t, torch.Tensor) for t in result), "return three tensors")
+        want_x, want_w, want_b = _reference_linear_grads(x, weight, bias, grad_out)
+        shape = f"for x of shape {tuple(x.shape)}"
+        expect(tuple(gx.shape) == tuple(x.shape), f"{shape}, grad_x should have x's shape {tuple(x.shape)}, not "
+               f"{tuple(gx.shape)}: grad_x = grad_out @ weight")
+        if tuple(gw.shape) == (n_in, n_out):
+            hint(f"{shape}, grad_weight has shape {tuple(gw.shape)}, the transpose of weight's (out, in) = "
+                 f"{(n_out, n_in)}: it is grad_out^T x, not x^T grad_out")
+        if tuple(gw.shape) == (*lead[:-1], n_out, n_in) and len(lead) > 1:
+            hint(f"{shape}, grad_weight has shape {tuple(gw.shape)}: one weight is used at every position of the "
+                 f"leading dimensions {lead}, so its gradient is the sum over all of them, not over the last one "
+                 "only. Flatten the leading dimensions first, or sum over every one", BROADCASTING)
+        expect(tuple(gw.shape) == (n_out, n_in), f"{shape}, grad_weight should have weight's shape "
+               f"{(n_out, n_in)}, not {tuple(gw.shape)}")
+        if tuple(gb.shape) != (n_out,) and gb.numel() > n_out:
+            hint(f"{shape}, grad_bias has shape {tuple(gb.shape)}: the bias was broadcast over every leading "
+                 f"dimension {lead}, so its gradient sums grad_out over all of them, e.g. "
+                 "grad_out.sum(dim=tuple(range(grad_out.dim() - 1)))", BROADCASTING)
+        expect(tuple(gb.shape) == (n_out,), f"{shape}, grad_bias should have bias's shape ({n_out},), not "
+               f"{tuple(gb.shape)}")
+        for name, got, want in (("grad_x", gx, want_x), ("grad_weight", gw, want_w), ("grad_bias", gb, want_b)):
+            expect(got.dtype == want.dtype, f"{name} should be {want.dtype}, like the inputs, not {got.dtype}")
+        expect(torch.allclose(gx, want_x, rtol=1e-4, atol=1e-5), f"{shape}, grad_x has the right shape but wrong "
+               "values: it is grad_out @ weight")
+        expect(torch.allclose(gw, want_w, rtol=1e-4, atol=1e-5), f"{shape}, grad_weight has the right shape but "
+               "wrong values: it is the sum over every leading position of outer(grad_out, x)")
+        expect(torch.allclose(gb, want_b, rtol=1e-4, atol=1e-5), f"{shape}, grad_bias has the right shape but "
+               "wrong values: it is grad_out summed over every leading dimension")
