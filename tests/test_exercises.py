@@ -16,7 +16,7 @@ import jupytext
 import nbformat
 import pytest
 
-from utils.exercises import CORRECT, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge
+from utils.exercises import CORRECT, KNOWN_ERRORS, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge
 from utils.exercises.section import (check_number, code_sources, exercise_cells, progress, read_notebook,
                                      run_sources, stub_number)
 from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
@@ -73,6 +73,35 @@ def test_every_notebook_has_three_exercises_each_with_a_stub_a_check_and_a_solut
         assert len(entry["wrong"]) >= 1, f"exercise {number}: no known-wrong answer"
 
 
+def headings(stem_prefix: str) -> list[str]:
+    nb = jupytext.read(next(NOTEBOOKS_DIR.glob(f"{stem_prefix}_*.py")))
+    return [ln.lstrip("#").strip() for c in nb.cells if c.cell_type == "markdown"
+            for ln in c.source.splitlines() if re.match(r"#{2,3} ", ln)]
+
+
+def _missing(part: str, notebook: str) -> bool:
+    m = re.match(r"(\d\d) · (.*)", part)
+    nb, heading = (m.group(1), m.group(2)) if m else (notebook, part)
+    return heading not in headings(nb)
+
+
+def sections_exist(section: str, notebook: str) -> list[str]:
+    """The parts of a "re-read" section that are not a heading of their notebook ("NN · heading" or this one's)."""
+    parts = [section] if not _missing(section, notebook) else section.split("; ")
+    return [part for part in parts if _missing(part, notebook)]
+
+
+def test_every_section_to_re_read_is_a_heading(py):
+    registry: Registry = Checker(py.stem[:2], quiet=True).registry
+    for ex in registry.exercises.values():
+        assert not sections_exist(ex.section, registry.notebook), f"exercise {ex.number}: {ex.section!r}"
+
+
+def test_known_errors_point_to_headings():
+    for _, _, section in KNOWN_ERRORS:
+        assert not sections_exist(section, "01"), section
+
+
 def test_untouched_stubs_say_not_attempted(py):
     output = run_sources(section(py))
     lines = check_lines(output)
@@ -107,6 +136,8 @@ def test_known_wrong_answers_get_their_hint(py):
             assert "✗ not yet" in line and (expected in line or capitalised in line) and "Re-read" in line, (
                 f"{py.name} exercise {number}: expected a hint containing {expected!r}, got:\n{output}")
             assert "Traceback" not in output
+            reread = re.search(r"Re-read “(.*)”\.$", line).group(1)
+            assert not sections_exist(reread, py.stem[:2]), f"{py.name} exercise {number}: no heading {reread!r}"
 
 
 # The mechanism itself, on a toy registry.

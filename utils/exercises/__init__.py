@@ -89,25 +89,25 @@ class Registry:
 KNOWN_ERRORS: list[tuple[str, str, str]] = [
     (r"view size is not compatible with input tensor's size and stride",
      "`view` cannot express this shape with the tensor's strides (a transposed tensor, say): use `reshape`, "
-     "which copies only when it must", "01 · 4. Memory layout: storage, strides, views"),
+     "which copies only when it must", "01 · 4. Memory layout: storage, strides, views (存储、步长与视图)"),
     (r"shape '\[.*\]' is invalid for input of size",
      "the new shape must hold exactly as many elements as the tensor: compute sizes from `x.shape` (or use -1 "
-     "once) instead of typing numbers", "01 · 3. Dimensions and shapes"),
+     "once) instead of typing numbers", "01 · 3. Dimensions and shapes (维度与尺寸)"),
     (r"shapes cannot be multiplied|size mismatch|must match the size of tensor",
      "the shapes do not fit: print `.shape` of each operand and check which dimension should match",
-     "01 · 7. Broadcasting and matrix products"),
+     "01 · 7. Broadcasting (广播) and matrix products (矩阵乘法)"),
     (r"expected scalar type|expected .*dtype|found dtype|must have the same dtype",
-     "two tensors have different dtypes: convert one with `.to(dtype)` or `.float()`", "01 · 2. Data types"),
+     "two tensors have different dtypes: convert one with `.to(dtype)` or `.float()`", "01 · 2. Data types (数据类型)"),
     (r"does not require grad and does not have a grad_fn",
      "nothing in this computation requires a gradient: create the leaf with `requires_grad=True`",
-     "02 · autograd"),
+     "02 · 1. `backward()` on a scalar"),
     (r"backward through the graph a second time",
      "backward frees the graph it used: build the graph again, or pass `retain_graph=True` if you truly need it twice",
-     "03 · dynamic graphs"),
+     "03 · 3. The graph is freed after `backward` (计算图在反向传播后立即销毁)"),
     (r"leaf Variable that requires grad is being used in an in-place operation",
-     "update parameters inside `with torch.no_grad():`", "02 · autograd"),
+     "update parameters inside `with torch.no_grad():`", "03 · 8. In-place operations that break autograd (原地操作)"),
     (r"Expected all tensors to be on the same device",
-     "move every tensor and the model to one device with `.to(device)`", "01 · 11. Devices"),
+     "move every tensor and the model to one device with `.to(device)`", "01 · 11. Devices (设备)"),
 ]
 
 

@@ -5,9 +5,13 @@ import torch
 from utils.exercises import Registry, expect, hint, returns
 
 EXERCISES = Registry("01")
+TYPES = "2. Data types (数据类型)"
+SHAPES = "3. Dimensions and shapes (维度与尺寸)"
+LAYOUT = "4. Memory layout: storage, strides, views (存储、步长与视图)"
+BROADCASTING = "7. Broadcasting (广播) and matrix products (矩阵乘法)"
 
 
-@EXERCISES.exercise(1, "Predict shapes and strides (predict)", "3. Dimensions and shapes; 4. Memory layout")
+@EXERCISES.exercise(1, "Predict shapes and strides (predict)", f"{SHAPES}; {LAYOUT}")
 def shapes_and_strides(answer):
     expect(isinstance(answer, (list, tuple)) and len(answer) == 3,
            "give a list of three tuples: [shape of a, shape of b, strides of c]")
@@ -15,29 +19,29 @@ def shapes_and_strides(answer):
     expect(all(isinstance(v, tuple) for v in (a, b, c)), "write each answer as a tuple of ints, e.g. (2, 4)")
     if a == (2, 1, 4) and b == (2, 4):
         hint("a and b are swapped: `keepdim=True` keeps the reduced dimension with size 1, without it the "
-             "dimension is removed", "3. Dimensions and shapes")
-    expect(a == (2, 4), "a: `sum(dim=1)` removes dimension 1 of (2, 3, 4)", "3. Dimensions and shapes")
-    expect(b == (2, 1, 4), "b: `keepdim=True` keeps dimension 1, with size 1", "3. Dimensions and shapes")
+             "dimension is removed", SHAPES)
+    expect(a == (2, 4), "a: `sum(dim=1)` removes dimension 1 of (2, 3, 4)", SHAPES)
+    expect(b == (2, 1, 4), "b: `keepdim=True` keeps dimension 1, with size 1", SHAPES)
     if c == (4, 12, 1) or c == (3, 4, 12):
         hint("c: a transpose does not move data, it swaps two entries of the strides: start from (12, 4, 1) "
-             "and swap the entries of dimensions 0 and 2", "4. Memory layout: storage, strides, views")
+             "and swap the entries of dimensions 0 and 2", LAYOUT)
     expect(c == (1, 4, 12), "c: the strides of the contiguous (2, 3, 4) tensor are (12, 4, 1); a transpose swaps "
-           "two of them", "4. Memory layout: storage, strides, views")
+           "two of them", LAYOUT)
 
 
-@EXERCISES.exercise(2, "Channels-last, flattened (write a function)", "4. Memory layout: storage, strides, views")
+@EXERCISES.exercise(2, "Channels-last, flattened (write a function)", LAYOUT)
 def channels_last_flat(fn):
     g = torch.Generator().manual_seed(1)
     images = torch.randn(2, 3, 4, 5, generator=g)  # N, C, H, W with all sizes different
     out = returns(fn, images)
     expect(isinstance(out, torch.Tensor), f"return a tensor, not a {type(out).__name__}")
     expect(tuple(out.shape) == (2, 20, 3), f"the result should have shape (N, H*W, C) = (2, 20, 3), not "
-           f"{tuple(out.shape)}", "3. Dimensions and shapes")
+           f"{tuple(out.shape)}", SHAPES)
     expected = images.permute(0, 2, 3, 1).reshape(2, 20, 3)
     if torch.equal(out, images.reshape(2, 20, 3)):
         hint("the shape is right but the numbers are in the wrong places: `reshape` reads the tensor in its "
              "current order (C, H, W) and never moves a dimension. Move C last with `permute` first")
-    expect(out.dtype == images.dtype, f"keep the dtype: got {out.dtype}, expected {images.dtype}", "2. Data types")
+    expect(out.dtype == images.dtype, f"keep the dtype: got {out.dtype}, expected {images.dtype}", TYPES)
     expect(torch.equal(out, expected), "some values are in the wrong places: pixel (h, w) of channel c should "
            "land at out[n, h * W + w, c]")
     single = returns(fn, images[:1].contiguous())
@@ -45,7 +49,7 @@ def channels_last_flat(fn):
            "the sizes, read them from `images.shape`")
 
 
-@EXERCISES.exercise(3, "Nearest neighbours by broadcasting (stretch)", "7. Broadcasting and matrix products")
+@EXERCISES.exercise(3, "Nearest neighbours by broadcasting (stretch)", BROADCASTING)
 def nearest(fn):
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(5, 3, generator=g), torch.randn(7, 3, generator=g)
@@ -64,11 +68,11 @@ def nearest(fn):
         hint("these are distances, not squared distances: do not take the square root")
     expect(torch.allclose(d, expected, atol=1e-4), "d[i, j] should be ((a[i] - b[j]) ** 2).sum()")
     expect(idx.dtype == torch.int64, f"indices should be int64 (what argmin returns), not {idx.dtype}",
-           "2. Data types")
+           TYPES)
     if tuple(idx.shape) == (7,):
         hint("idx has one entry per point of b: take the argmin along dim=1, over the points of b")
     expect(tuple(idx.shape) == (5,), f"idx should have shape (5,), one index per point of a, not {tuple(idx.shape)}",
-           "3. Dimensions and shapes")
+           SHAPES)
     expect(torch.equal(idx, expected.argmin(dim=1)), "idx[i] should be the index of the point of b nearest to a[i]")
     big_a, big_b = torch.randn(300, 8, generator=g), torch.randn(400, 8, generator=g)
     d_big, _ = returns(fn, big_a, big_b)
