@@ -8,6 +8,7 @@ with one stub replaced by each known-wrong answer (its check says "not yet" with
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -73,6 +74,7 @@ def test_every_notebook_has_three_exercises_each_with_a_stub_a_check_and_a_solut
         assert len(entry["wrong"]) >= 1, f"exercise {number}: no known-wrong answer"
 
 
+@functools.lru_cache(maxsize=None)
 def headings(stem_prefix: str) -> list[str]:
     nb = jupytext.read(next(NOTEBOOKS_DIR.glob(f"{stem_prefix}_*.py")))
     return [ln.lstrip("#").strip() for c in nb.cells if c.cell_type == "markdown"
