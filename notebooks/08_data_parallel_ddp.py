@@ -22,7 +22,8 @@
 # `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
 # processes on the CPU.
 #
-# **Study time:** about 75 min. **Run time:** 70 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 95 min (20 of them for the exercises).
+# **Run time:** 140 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
@@ -1522,6 +1523,98 @@ work.cleanup()
 for name, seconds in launch_seconds.items():
     print(f"{name:32} {seconds:5.1f} s")
 assert len(launch_seconds) == 5 and all(0 < s < 120 for s in launch_seconds.values())
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# notebook 07. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
+# below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
+# the stub is untouched. None of them starts a process: the distributed ideas are checked as plain functions, in
+# a second or two. This section does not depend on the lesson's cells: after a kernel restart, run its first cell
+# and go on. `make progress` lists which exercises of every notebook pass.
+
+# %%
+import torch
+
+from utils.exercises import Checker
+
+ex = Checker("08")
+
+# %% [markdown]
+# ### Exercise 1 · Ranks, all-reduces and the learning rate of a 2-machine job
+#
+# A job trains on **2 machines with 4 GPUs each**, one process per GPU: each machine runs
+# `torchrun --nnodes=2 --nproc_per_node=4 --node_rank=K --master_addr=... train.py` with its own `K`. Look at the
+# process on the second machine (`--node_rank=1`) whose `LOCAL_RANK` is 2. Predict, on paper:
+#
+# 1. its `RANK`, `WORLD_SIZE` and `LOCAL_WORLD_SIZE` (section 2; the notes get two of these wrong);
+# 2. every process runs micro-batches of 32 samples and accumulates gradients over **4 micro-batches** per
+#    optimizer step; from the second iteration on, DDP packs the model's gradients into **3 buckets**. How many
+#    all-reduce calls does one rank make per optimizer step (a) with `no_sync()` around the forward *and*
+#    backward of micro-batches 1–3, (b) with `no_sync()` around their backward only? (Section 3, Proof (3).)
+# 3. the learning rate was tuned as 0.1 for a batch of 256 on one GPU: what peak learning rate does the linear
+#    scaling rule give this job? (Section 7.)
+
+# %%
+# ✏️ Exercise 1: replace each ... with a number
+RANK = ...
+WORLD_SIZE = ...
+LOCAL_WORLD_SIZE = ...
+allreduces_no_sync = ...  # (a) no_sync() around forward and backward of micro-batches 1-3
+allreduces_no_sync_backward = ...  # (b) no_sync() around their backward only
+peak_lr = ...
+
+# %%
+ex.check(1, RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, allreduces_no_sync, allreduces_no_sync_backward, peak_lr)
+
+# %% [markdown]
+# ### Exercise 2 · `DistributedSampler`, written by hand
+#
+# Write `shard_indices(n, rank, world_size, shuffle, seed, epoch, drop_last)`: the list of indices that
+# `DistributedSampler` yields on rank `rank` for a dataset of length `n`, after `set_epoch(epoch)` — without
+# using `DistributedSampler`. Everything it does was shown in section 3: the order (`range(n)`, or with
+# `shuffle=True` the permutation of Proof (1)), made the same length on every rank (Proof (4): padded by
+# repeating indices from the start of the order, or cut with `drop_last=True`), then split between the ranks
+# (Proof (1)). The check compares your function with the real sampler on a few hundred cases, including a
+# dataset smaller than the number of ranks.
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def shard_indices(n: int, rank: int, world_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                  drop_last: bool = False) -> list[int]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, shard_indices)
+
+# %% [markdown]
+# ### Exercise 3 · Merge the ranks' BatchNorm statistics like `nn.SyncBatchNorm` (stretch)
+#
+# The notes ask **为何在多卡训练的情况下需要对BN进行同步？** — why synchronise BatchNorm across GPUs? Because each
+# GPU normalises with the statistics of its own few samples, which can be far from the global batch's (section
+# 4). Section 4's hand-written SyncBN all-reduced Σx, Σx² and the count and used σ² = E[x²] − E[x]². PyTorch's
+# `nn.SyncBatchNorm` instead all-gathers each rank's **mean, inverse standard deviation (so, its variance) and
+# count** and merges them. Write that merge: `merge_bn_stats(means, variances, counts)` gets `means` and
+# `variances` of shape `(ranks, channels)` (rank r's per-channel mean and *biased* variance over its own
+# `counts[r]` samples, as `torch.var_mean(x, dim=0, correction=0)` gives them) and returns `(mean, var)`, each of
+# shape `(channels,)`: the mean and biased variance of all ranks' samples together, in the inputs' dtype. The
+# ranks' batches may have different sizes.
+#
+# The stretch: the check also feeds activations around **10,000** with a spread of 1, in float32. Section 4's
+# E[x²] − E[x]² fails there (notebook 07, section 1: how many digits float32 keeps); find a merge that does not
+# subtract two huge numbers.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def merge_bn_stats(means: torch.Tensor, variances: torch.Tensor,
+                   counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, merge_bn_stats)
 
 # %% [markdown]
 # ## Summary

@@ -19,7 +19,8 @@
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
 #
-# **Study time:** about 60 min. **Run time:** 75 s on the 2-core course machine (measured by `make execute`).
+# **Study time:** about 80 min (20 of them for the exercises).
+# **Run time:** 90 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
 #
 # **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
@@ -792,6 +793,89 @@ work.cleanup()
 for name, seconds in launch_seconds.items():
     print(f"{name:16} {seconds:5.1f} s")
 assert len(launch_seconds) == 3 and all(0 < s < 120 for s in launch_seconds.values())
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# notebook 06. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
+# below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
+# the stub is untouched. None of them starts a process: sharding is tensor code, checked in a second or two. This
+# section does not depend on the lesson's cells: after a kernel restart, run its first cell and go on.
+# `make progress` lists which exercises of every notebook pass.
+
+# %%
+import torch
+
+from utils.exercises import Checker
+
+ex = Checker("09")
+
+# %% [markdown]
+# ### Exercise 1 · Bytes per rank under ZeRO-1/2/3, and ZeRO-3's traffic
+#
+# A model of **2 billion parameters** (Ψ = 2·10⁹) trains in float32 with Adam on **8 GPUs**. Predict, with the
+# table of section 1, how many GB (10⁹ bytes) of weights, gradients and optimizer states each GPU holds under DDP,
+# ZeRO-1, ZeRO-2 and ZeRO-3 (activations aside). Then: how much does one rank move per training step under
+# ZeRO-3 (FSDP2 with the default `reshard_after_forward=True`), in units of Ψ, counted as section 1 counts DDP's
+# 2Ψ?
+
+# %%
+# ✏️ Exercise 1: replace each ... with a number
+ddp_gb = ...
+zero1_gb = ...
+zero2_gb = ...
+zero3_gb = ...
+zero3_traffic = ...  # in units of Ψ (one copy of the model)
+
+# %%
+ex.check(1, ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic)
+
+# %% [markdown]
+# ### Exercise 2 · FSDP2's padded dim-0 shard
+#
+# `fully_shard` (section 1) cuts every parameter along dimension 0 the way `torch.chunk` does — 3 rows on 2 ranks
+# became 2 + 1 — and pads the smaller shards, so that the all-gather moves pieces of equal size. Write
+# `fsdp_shard(param, rank, world_size)`: the padded shard that rank `rank` stores, of shape
+# `(ceil(rows / world_size), *param.shape[1:])` and the parameter's dtype — its `torch.chunk` rows of `param`
+# first, then rows of zeros. Careful: `torch.chunk` may return *fewer* pieces than you ask for (try
+# `torch.arange(5).chunk(4)`); a rank left without a piece has no real row and stores only padding.
+#
+# Then look at `torch.cat([fsdp_shard(w, r, 4) for r in range(4)])` for a 5-row `w`: what all-gathering the
+# padded shards gives. Where is the padding, and how do you get `w` back?
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def fsdp_shard(param: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, fsdp_shard)
+
+# %% [markdown]
+# ### Exercise 3 · Reshard a checkpoint saved by 2 ranks onto 3 (stretch)
+#
+# Section 2 read a checkpoint written by 2 ranks into one process with `dcp.load`. Do the resharding by hand, for
+# any number of ranks. `reshard(shards, world_size)` gets the state dicts the old ranks saved: `shards[r]` maps each
+# key of section 2's checkpoint (`"model.0.weight"`, `"model.0.bias"`, ..., `"optim.state.2.weight.exp_avg"`) to
+# rank r's `Shard(0)` piece — its `torch.chunk` rows, not padded: what `to_local()` returns and `dcp.save` writes —
+# except `"optim.state.2.weight.step"`, Adam's step counter (notebook 06, section 5), a 0-dim tensor that every rank
+# holds whole. Return `world_size` state dicts in the same layout for the new ranks. An empty shard keeps the other
+# dimensions: shape `(0, 8)`, like `t[:0]`.
+#
+# The check reshards 2 → 3, 2 → 1, 4 → 2, 2 → 5 and 3 → 3, then loads the full state dict of 2 → 1 into a plain
+# model with `load_state_dict`, as section 2 did. For more: do it the way DCP does, where each new rank copies
+# only the rows of the old shards that overlap its own range, without building any full tensor.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def reshard(shards: list[dict[str, torch.Tensor]], world_size: int) -> list[dict[str, torch.Tensor]]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, reshard)
 
 # %% [markdown]
 # ## Summary
