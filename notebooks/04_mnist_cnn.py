@@ -18,7 +18,7 @@
 #
 # **Before this notebook.** Notebooks 01–03: tensors, autograd, `nn.Module`, optimizers, and hooks.
 #
-# **Study time:** about 75 min. **Run time:** 45 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 95 min. **Run time:** 70 s on the 2-core course machine (one thread, measured by
 # `make execute`), of which about a third is training the course model (one epoch on one thread; more when other
 # programs share the cores).
 #
@@ -1097,6 +1097,99 @@ loss_curves = {name: read_events(RUN_DIR / "tensorboard" / name).scalars["loss"]
 print("sub-folders:", sub_runs, "| points per curve:", [len(v) for v in loss_curves.values()])
 assert sub_runs == ["loss_train", "loss_validation"]
 assert [v for _, v in loss_curves["loss_train"]] == pytest.approx(history["train_loss"])
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# notebook 02. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
+# below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
+# the stub is untouched. This section does not depend on the lesson's cells (the checks make their own tiny data,
+# not MNIST): after a kernel restart, run its first cell and go on. `make progress` lists which exercises of every
+# notebook pass.
+
+# %%
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from utils.exercises import Checker
+
+ex = Checker("04")
+
+# %% [markdown]
+# ### Exercise 1 · Predict shapes and the parameter count
+#
+# Section 10's output-size formula and parameter count, on a model you have not seen. Its first convolution has a
+# 5×5 kernel, stride 2 and padding 1, and `n_features` stands for the number of features per image that `Flatten`
+# returns, which you work out too:
+#
+# ```python
+# net = nn.Sequential(
+#     nn.Conv2d(1, 8, kernel_size=5, stride=2, padding=1),
+#     nn.MaxPool2d(2),
+#     nn.Conv2d(8, 16, kernel_size=3, bias=False),
+#     nn.BatchNorm2d(16),
+#     nn.ReLU(),
+#     nn.Flatten(),
+#     nn.Linear(n_features, 10),
+# )
+# x = torch.zeros(32, 1, 28, 28)  # a batch of 32 MNIST-sized images
+# ```
+#
+# Predict, on paper first: the shape of `net[0](x)`, the shape of `net[:6](x)` (what `Flatten` returns), and the
+# number of parameters, `sum(p.numel() for p in net.parameters())`. Write them as a list `[tuple, tuple, int]`,
+# then check. (Building the model afterwards to see why is allowed.)
+
+# %%
+# ✏️ Exercise 1: replace ... with [shape of net[0](x), shape of net[:6](x), number of parameters]
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · Evaluate a classifier
+#
+# Write `evaluate_classifier(model, loader)` for a model that returns logits and a `DataLoader` of `(xb, yb)`
+# batches. Return two Python floats, over all the batches: the mean cross-entropy per **sample**
+# (`F.cross_entropy`) and the accuracy, a fraction between 0 and 1. The check hands you a model with `BatchNorm1d`
+# and `Dropout` that arrives in training mode, as after a training epoch, and a loader whose last batch is
+# smaller than the others. The notes warn that `model.eval()` is not `torch.no_grad()`; section 13 says what each
+# one does, and evaluation needs both.
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def evaluate_classifier(model: nn.Module, loader) -> tuple[float, float]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, evaluate_classifier)
+
+# %% [markdown]
+# ### Exercise 3 · Gradient accumulation (stretch)
+#
+# The notes' tip on **gradient accumulation (梯度累加)**: when a batch of 64 does not fit in memory, split it into
+# two batches of 32, run two forward passes, then one backward pass. Write `accumulation_step(model,
+# micro_batches, optimizer)`. `micro_batches` is a list of `(x, y)` pairs, not all of the same size. Make **one**
+# optimizer step whose update is the one a single step on all of them concatenated would make, with
+# `F.cross_entropy` (the mean over the samples) as the loss, and return that mean loss per sample as a float,
+# computed before the update. As in a training loop, the previous step's gradients are still in `.grad` when the
+# function is called. This is section 12's five-line step combined with notebook 02's section 4: `.grad` adds up
+# across backward passes.
+#
+# A question to think about (not checked): the notes warn that accumulation does not mix well with BatchNorm. Why
+# would it not equal one big batch for a model with `BatchNorm2d`, even with the right scaling?
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def accumulation_step(model: nn.Module, micro_batches: list, optimizer: torch.optim.Optimizer) -> float:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, accumulation_step)
 
 # %% [markdown]
 # ## Summary

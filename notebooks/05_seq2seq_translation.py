@@ -32,7 +32,7 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 90 min. **Run time:** 110 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 110 min. **Run time:** 260 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
@@ -1141,7 +1141,92 @@ assert batched_rate > 10 * one_by_one_rate
 #   *training* pairs, so they showed memorised sentences; here examples and scores come from held-out splits. And
 #   the notes translate without `decoder.eval()`, so dropout stays on at inference and the translations are random;
 #   here `translate` switches the model to `eval()`.
+
+# %% [markdown]
+# ## Exercises (练习)
 #
+# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# notebook 01. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
+# below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
+# the stub is untouched. This section does not depend on the lesson's cells (no corpus, no training: the checks
+# make their own tiny tensors): after a kernel restart, run its first cell and go on. `make progress` lists which
+# exercises of every notebook pass.
+
+# %%
+import torch
+import torch.nn.functional as F
+
+from utils.exercises import Checker
+from utils.seq2seq import PAD_token
+
+ex = Checker("05")
+
+# %% [markdown]
+# ### Exercise 1 · The notes' `???` line
+#
+# In the notes' `AttnDecoderRNN`, the call that computes the attention weights,
+# `attn_weights = F.softmax(self.attn(torch.cat((embedded[0], hidden[0]), 1)), dim=1)`, carries the comment
+# `# ??? # [1, 10]`. Answer the question marks with shapes. Take section 6's batched version of that decoder,
+# `NotesAttnDecoderRNN(hidden_size=32, output_size=V)` with the default `max_length=MAX_LENGTH` (13), decoding one
+# step for a batch of 4 sentences whose encoder outputs have shape `[4, 7, 32]` (the longest sentence has 7
+# tokens). Predict the shape of the input of `self.attn` (`torch.cat((embedded, hidden[0]), 1)`), the shape of
+# `attn_weights`, and the number of parameters of `self.attn`. Write them as a list `[tuple, tuple, int]`, then
+# check.
+
+# %%
+# ✏️ Exercise 1: replace ... with [shape of the input of self.attn, shape of attn_weights, parameters of self.attn]
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · Luong's dot attention, masked
+#
+# Section 7's content-based attention compares the decoder state with what is *at* each source position through a
+# small network, $v^\top \tanh(W s_t + U h_j)$. Luong et al. (2015) also proposed the simplest content-based score,
+# the **dot product** $s_t \cdot h_j$, which has no parameters at all. Write `dot_attention(states, keys, mask)`:
+# `states` `[B, T, H]` are the decoder states, `keys` `[B, S, H]` the encoder outputs, and `mask` `[B, S]` is True
+# at real words and False at padding. Return `(weights, context)`: `weights` `[B, T, S]` is the softmax over the
+# source positions of the scores $s_t \cdot h_j$, with weight 0 on padded positions (each row still sums to 1), and
+# `context` `[B, T, H]` is $\sum_j \alpha_{tj} h_j$. No loop is needed: two batched matrix products and a masked
+# softmax. It must work for `T = 1` too, one step of greedy decoding.
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def dot_attention(states: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, dot_attention)
+
+# %% [markdown]
+# ### Exercise 3 · Clipped n-gram counts for a batch (stretch)
+#
+# Section 10's BLEU rests on **clipped** n-gram counts: an n-gram of the hypothesis (the model's translation) counts
+# as matched at most as often as it occurs in the reference. Write `clipped_counts(hyp, ref, n)` for a batch of
+# token ids: `hyp` `[B, T]` and `ref` `[B, R]`, int64, padded at the end with `PAD_token` (0) as in section 5.
+# Return `(matches, totals)`, two tensors of shape `[B]`: `totals[b]` is the number of n-grams in hypothesis `b`
+# (padding is not a word), and `matches[b]` is the sum, over the distinct n-grams $g$ of hypothesis `b`, of
+# min(count of $g$ in the hypothesis, count of $g$ in reference `b`). "the the the the" against "the cat is here"
+# gives 1 match out of 4 unigrams and 0 out of 3 bigrams. Summed over a corpus, these are the `counts` and `totals`
+# that sacrebleu printed in section 10. The check tries `n = 1` and `n = 2`.
+#
+# Any correct way passes. To practise notebook 01, try it without a Python loop: `F.one_hot(ids, V).sum(1)` counts
+# the words of each sentence (a reduction over the positions, 01's section 3), `torch.minimum` clips, and for
+# `n = 2` each pair of neighbouring ids can first be turned into one number.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def clipped_counts(hyp: torch.Tensor, ref: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, clipped_counts)
+
+# %% [markdown]
 # ## Summary
 #
 # * The corpus is generated offline by a bilingual grammar (pyrealb) in Tatoeba's format; it contains word-order

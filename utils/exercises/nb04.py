@@ -1,0 +1,244 @@
+"""Checks for the exercises of notebook 04 · MNIST and CNNs (``notebooks/04_mnist_cnn.py``)."""
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from utils.exercises import Registry, expect, hint, returns
+
+EXERCISES = Registry("04")
+
+CONV = "10. The notes' models, layer by layer with forward hooks"
+SOFTMAX = "11. The notes' bug: `softmax` before `CrossEntropyLoss`"
+STEP = "12. The course model and one training step by hand"
+LOOP = "13. The training loop, written out"
+ACCUMULATE = "02 · 4. The graph is freed; gradients accumulate"
+
+
+def _shape(value, name: str) -> tuple:
+    expect(isinstance(value, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in value),
+           f"{name}: write a shape as a tuple of ints, e.g. (32, 8, 5, 5)")
+    return tuple(value)
+
+
+@EXERCISES.exercise(1, "Predict shapes and the parameter count (predict)", CONV)
+def shapes_and_parameters(answer):
+    expect(isinstance(answer, (list, tuple)) and len(answer) == 3,
+           "give a list of three values: [shape after net[0], shape after Flatten, number of parameters]")
+    a, b, n = answer
+    a, b = _shape(a, "the first value"), _shape(b, "the second value")
+    expect(isinstance(n, int) and not isinstance(n, bool), "the number of parameters is an int")
+    # After the first convolution: (N, C, H, W) with H = W = floor((28 + 2*1 - 5) / 2) + 1 = 13.
+    if len(a) == 3:
+        hint("the first shape has lost the batch dimension: a convolution keeps it, (N, C, H, W)")
+    expect(len(a) == 4, f"a convolution returns (N, C, H, W), four numbers, not {len(a)}")
+    expect(a[:2] == (32, 8), "the first shape starts with the batch size 32 and the 8 output channels of Conv2d(1, 8, ...)")
+    side = a[2:]
+    if side == (12, 12):
+        hint("after net[0]: padding=1 adds one zero on each side, so the formula reads n + 2p - k with p = 1")
+    if side == (14, 14):
+        hint("after net[0]: (28 + 2 - 5) / 2 = 12.5 is rounded *down* (a kernel position must fit in the image), "
+             "then 1 is added")
+    if side in ((26, 26), (24, 24)):
+        hint("after net[0]: stride=2 moves the kernel two pixels per step: divide by s before adding 1")
+    expect(side == (13, 13), f"after net[0]: use floor((n + 2p - k) / s) + 1 with n=28, k=5, s=2, p=1, not {side}")
+    # What Flatten gives: 13 -pool-> 6 (rounded down) -conv3-> 4, times 16 channels.
+    if b == (32, 400):
+        hint("MaxPool2d(2) on 13 gives 6, rounded down (the last row and column are dropped), not 7")
+    if b in ((32, 16, 4, 4), (32, 16)):
+        hint("nn.Flatten merges every dimension after the batch: channels × height × width")
+    if b in ((8192,), (256,), (1, 8192)):
+        hint("nn.Flatten keeps the batch dimension (start_dim=1): one row of features per image")
+    expect(b == (32, 256), f"the shape after Flatten should be (batch, channels × height × width), not {b}: follow "
+           "13 through the pooling and the second convolution")
+    # Parameters: 8·1·5·5 + 8, then 16·8·3·3 (no bias), 2·16 for BatchNorm, 256·10 + 10.
+    if n == 3962 + 16:
+        hint("the second convolution has bias=False: no 16 biases", STEP)
+    if n == 3962 - 32:
+        hint("BatchNorm2d(16) has parameters too: a scale γ and a shift β per channel, 2 × 16", STEP)
+    if n in (3962 + 32, 3962 + 33):
+        hint("BatchNorm's running mean and variance (and its step counter) are buffers, not parameters: they are in "
+             "state_dict() but not in parameters(), and the optimizer never changes them", LOOP)
+    if n == 3962 - 8 or n == 3962 - 10:
+        hint("a layer has a bias unless bias=False: the first convolution's 8 and the Linear layer's 10 count")
+    if n == 3962 - 16 * 8 * 9 + 16 * 9:
+        hint("a Conv2d(c_in, c_out, k) kernel spans all input channels: c_out × c_in × k × k weights")
+    expect(n == 3962, f"{n} parameters is not right: add c_out·c_in·k² (+ c_out biases) per convolution, 2·C for "
+           "BatchNorm and in·out + out for the Linear layer, with in = the features per image after Flatten")
+
+
+def _classifier(seed: int, n_in: int, n_classes: int) -> nn.Module:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(n_in, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, n_classes))
+    with torch.no_grad():  # running statistics as after some training, far from the batches' own
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+    return model.train()  # as a model is after a training epoch
+
+
+def _labels(logits: torch.Tensor, right: list[bool], n_classes: int) -> torch.Tensor:
+    """Labels that the eval-mode model gets right exactly where ``right`` says."""
+    pred = logits.argmax(1)
+    return torch.where(torch.tensor(right), pred, (pred + 1) % n_classes)
+
+
+def _number(value, what: str) -> float:
+    if isinstance(value, torch.Tensor):
+        hint(f"{what} is a tensor: return a Python number with `.item()` (section 13 sums `loss.item()`)")
+    expect(isinstance(value, (int, float)) and not isinstance(value, bool), f"{what} should be a Python float")
+    return float(value)
+
+
+@EXERCISES.exercise(2, "Evaluate a classifier (write a function)", LOOP)
+def evaluate_classifier(fn):
+    cases = [  # (seed, samples, features, classes, batch size, which samples the model gets right)
+        (0, 10, 6, 3, 4, [True, True, True, False, True, True, False, True, False, False]),  # batches 4, 4, 2
+        (1, 7, 5, 4, 3, [False, True, True, True, False, True, True]),  # batches 3, 3, 1
+    ]
+    for seed, n, n_in, n_classes, batch_size, right in cases:
+        model = _classifier(seed, n_in, n_classes)
+        x = torch.randn(n, n_in, generator=torch.Generator().manual_seed(seed + 10))
+        reference = copy.deepcopy(model).eval()
+        with torch.no_grad():
+            logits = reference(x)
+        y = _labels(logits, right, n_classes)
+        loader = DataLoader(TensorDataset(x, y), batch_size=batch_size)
+        expected_loss = F.cross_entropy(logits, y).item()
+        expected_acc = sum(right) / n
+        batches = [(logits[i:i + batch_size], y[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+        calls = []  # (training mode, grad mode) of every forward pass of the model
+        handle = model.register_forward_hook(lambda m, i, o: calls.append((m.training, torch.is_grad_enabled())))
+        try:
+            result = returns(fn, model, loader)
+        finally:
+            handle.remove()
+        expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (mean loss, accuracy)")
+        if any(training for training, _ in calls):
+            hint("the model ran in training mode: BatchNorm normalised with each batch's statistics and Dropout "
+                 "dropped values. Call `model.eval()` before evaluating")
+        if any(grad for _, grad in calls):
+            hint("the forward passes recorded a graph: evaluate inside `with torch.no_grad():` (or decorate the "
+                 "function with `@torch.no_grad()`). `model.eval()` alone does not stop recording")
+        loss, acc = _number(result[0], "the loss"), _number(result[1], "the accuracy")
+        if abs(loss - expected_loss) < 1e-5 and abs(acc - expected_acc) < 1e-9:
+            continue
+        if abs(acc - 100 * expected_acc) < 1e-6:
+            hint("the accuracy is a percentage: return the fraction of right predictions, between 0 and 1")
+        mean_of_means = sum(F.cross_entropy(lg, yb).item() for lg, yb in batches) / len(batches)
+        if abs(loss - mean_of_means) < 1e-5 and abs(loss - expected_loss) >= 1e-5:
+            hint("the loss is the mean of the batches' mean losses, but the last batch is smaller: weight each "
+                 "batch's loss by its size (`loss.item() * len(yb)`) and divide by the number of samples")
+        softmaxed = F.cross_entropy(logits.softmax(1), y).item()
+        if abs(loss - softmaxed) < 1e-5 and abs(loss - expected_loss) >= 1e-5:
+            hint("the loss was computed on softmax outputs: `F.cross_entropy` takes the logits and applies "
+                 "log_softmax itself", SOFTMAX)
+        if abs(loss - expected_loss * n) < 1e-4:
+            hint("the loss is the sum over all samples: divide by the number of samples")
+        expect(abs(loss - expected_loss) < 1e-5, f"the mean loss per sample should be {expected_loss:.4f}, not "
+               f"{loss:.4f}: `F.cross_entropy(logits, yb)` is the batch's mean")
+        batch_acc = sum((lg.argmax(1) == yb).float().mean().item() for lg, yb in batches) / len(batches)
+        if abs(acc - batch_acc) < 1e-6 and abs(batch_acc - expected_acc) > 1e-6:
+            hint("the accuracy is the mean of the batches' accuracies, but the last batch is smaller: count the "
+                 "right predictions over all batches, then divide by the number of samples")
+        expect(abs(acc - expected_acc) < 1e-9, f"the accuracy should be {expected_acc:.4f}, not {acc:.4f}: "
+               "count `(logits.argmax(dim=1) == yb).sum()` over all batches and divide by the number of samples")
+
+
+def _tiny_cnn(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
+
+
+def _grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, softmax: bool = False) -> list[torch.Tensor]:
+    logits = model(x)
+    loss = F.cross_entropy(logits.softmax(1) if softmax else logits, y)
+    return [g.detach() for g in torch.autograd.grad(loss, list(model.parameters()))]
+
+
+def _combine(*terms):
+    """Sum of weighted gradient lists: _combine((w1, g1), (w2, g2), ...)."""
+    return [sum(w * g[i] for w, g in terms) for i in range(len(terms[0][1]))]
+
+
+@EXERCISES.exercise(3, "Gradient accumulation (stretch)", STEP)
+def accumulation_step(fn):
+    lr = 0.5
+    for seed, sizes in ((0, (5, 3, 4)), (1, (2, 6))):
+        model = _tiny_cnn(seed)
+        initial = copy.deepcopy(model)  # the model before the step, for the references
+        g = torch.Generator().manual_seed(seed + 20)
+        x, y = torch.randn(sum(sizes), 1, 6, 6, generator=g), torch.randint(0, 3, (sum(sizes),), generator=g)
+        micro = list(zip(x.split(list(sizes)), y.split(list(sizes))))
+        k, n = len(sizes), sum(sizes)
+        with torch.no_grad():
+            expected_loss = F.cross_entropy(initial(x), y).item()
+            softmax_loss = F.cross_entropy(initial(x).softmax(1), y).item()
+            means = [F.cross_entropy(initial(xb), yb).item() for xb, yb in micro]
+        full, full_softmax = _grads(initial, x, y), _grads(initial, x, y, softmax=True)
+        parts = [_grads(initial, xb, yb) for xb, yb in micro]
+        before = [p.detach().clone() for p in initial.parameters()]
+        stale = [torch.full_like(p, 0.3) for p in before]  # gradients left in .grad by a previous step
+
+        for p, s in zip(model.parameters(), stale):
+            p.grad = s.clone()
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        loss = returns(fn, model, micro, optimizer)
+        after = [p.detach() for p in model.parameters()]
+
+        def moved_by(grads):  # did plain SGD move the parameters by -lr * grads?
+            return all(torch.allclose(a, b - lr * d, rtol=1e-4, atol=1e-5) for a, b, d in zip(after, before, grads))
+
+        if not moved_by(full):
+            if moved_by([torch.zeros_like(p) for p in before]):
+                hint("the parameters did not change: no gradient reached the update. Call `optimizer.step()` once, "
+                     "after the backward passes, and call `backward()` on a loss still attached to the model's graph "
+                     "(not on a number made with `.item()` or `.detach()`)", ACCUMULATE)
+            if moved_by(full_softmax):
+                hint("the loss was computed on softmax outputs: `F.cross_entropy` takes the logits and applies "
+                     "log_softmax itself", SOFTMAX)
+            if moved_by(_combine((1, full), (1, stale))):
+                hint("the step used the previous step's gradients too: `.grad` accumulates until you clear it, so "
+                     "call `optimizer.zero_grad()` once, before the first micro-batch", ACCUMULATE)
+            if moved_by(_combine(*[(1, p) for p in parts])):
+                hint("the step used the sum of the micro-batches' mean gradients, too large: the loss is a mean, so "
+                     "scale each micro-batch's loss by its share of the samples, len(x) / total", ACCUMULATE)
+            if moved_by(_combine(*[(1 / k, p) for p in parts])):
+                hint("dividing each loss by the number of micro-batches is right only when they have the same size: "
+                     "these do not, so weight each one by len(x) / total", ACCUMULATE)
+            for w in (sizes[-1] / n, 1 / k, 1):
+                if moved_by(_combine((w, parts[-1]))):
+                    hint("only the last micro-batch's gradient reached the step: `zero_grad()` inside the loop "
+                         "throws away the gradients accumulated so far. Clear once, before the loop", ACCUMULATE)
+            if moved_by(_one_step_per_micro_batch(initial, micro, lr)):
+                hint("that is one step per micro-batch (ordinary small-batch training), not one step for all of "
+                     "them: call `optimizer.step()` once, after the loop")
+            hint("the update differs from one SGD step on all the micro-batches together: the accumulated gradient "
+                 "should be the gradient of the mean loss over all the samples", ACCUMULATE)
+        loss = _number(loss, "the returned loss")
+        if abs(loss - expected_loss) < 1e-5:
+            continue
+        if abs(loss - softmax_loss) < 1e-5:
+            hint("the returned loss was computed on softmax outputs: `F.cross_entropy` takes the logits", SOFTMAX)
+        if abs(loss - sum(means) / k) < 1e-5:
+            hint("the returned loss is the mean of the micro-batches' means: weight each by its size")
+        if abs(loss - sum(means)) < 1e-5:
+            hint("the returned loss is the sum of the micro-batches' means: weight each by len(x) / total")
+        if abs(loss - means[-1]) < 1e-5:
+            hint("the returned loss is the last micro-batch's: return the mean loss over all the samples")
+        hint(f"the returned loss should be the mean loss per sample over all micro-batches, before the step "
+             f"({expected_loss:.4f}), not {loss:.4f}")
+
+
+def _one_step_per_micro_batch(initial: nn.Module, micro, lr: float) -> list[torch.Tensor]:
+    """The parameters' change, as a "gradient" (change / -lr), after one plain SGD step per micro-batch."""
+    model = copy.deepcopy(initial)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for xb, yb in micro:
+        optimizer.zero_grad()
+        F.cross_entropy(model(xb), yb).backward()
+        optimizer.step()
+    return [(s.detach() - p.detach()) / lr for s, p in zip(initial.parameters(), model.parameters())]
