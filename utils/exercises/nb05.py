@@ -107,7 +107,7 @@ def dot_attention(fn):
                                      atol=1e-5):
             hint("the mask [B, S] was broadcast against the scores [B, T, S] from the right, so it lined up with the "
                  "steps T instead of the batch: insert the step axis, `mask.unsqueeze(1)` ([B, 1, S])",
-                 "01 · 7. Broadcasting and matrix products")
+                 "01 · 7. Broadcasting (广播) and matrix products (矩阵乘法)")
         padded = weights.masked_select(~mask.unsqueeze(1).expand(b, t, s))
         if padded.numel() and padded.abs().max() > 1e-6:
             if torch.allclose(weights, F.softmax(states @ keys.transpose(1, 2), -1), atol=1e-5):
