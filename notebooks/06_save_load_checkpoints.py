@@ -15,7 +15,7 @@
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 75 min, 20 of them for the exercises at the end. **Run time:** 20 s on the 2-core
+# **Study time:** about 75 min, 20 of them for the exercises at the end. **Run time:** 25 s on the 2-core
 # course machine (one thread, measured by `make execute`; more on a busy machine), most of it spent importing
 # PyTorch and its compiler stack (`torch.compile`, `torch.export`) and in a child Python process that we kill on
 # purpose.
@@ -1263,8 +1263,8 @@ ex = Checker("06")
 # Sections 1 and 8 (buffers, optimizer state, the prefixes of wrappers). For the model below, predict on paper:
 #
 # * **a**: `len(Tagger().state_dict())`, the number of entries in the model's `state_dict`;
-# * **b**: `len(opt.state_dict()["state"])` for `opt = torch.optim.Adam(model.parameters())` after one
-#   `backward()` and one `opt.step()`;
+# * **b**: `len(opt.state_dict()["state"])` for `model = Tagger()` and `opt = torch.optim.Adam(model.parameters())`,
+#   after one `backward()` and one `opt.step()`;
 # * **c**: the key under which `torch.compile(nn.DataParallel(model)).state_dict()` stores `model.head.weight`.
 #
 # Write them as a list `[a, b, c]` (two ints and a string), then check. Running code afterwards to see why is
