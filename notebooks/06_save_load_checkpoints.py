@@ -15,9 +15,10 @@
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 55 min. **Run time:** 15 s on the 2-core course machine (one thread, measured by
-# `make execute`; more on a busy machine), most of it spent importing PyTorch and its compiler stack
-# (`torch.compile`, `torch.export`) and in a child Python process that we kill on purpose.
+# **Study time:** about 75 min, 20 of them for the exercises at the end. **Run time:** 25 s on the 2-core
+# course machine (one thread, measured by `make execute`; more on a busy machine), most of it spent importing
+# PyTorch and its compiler stack (`torch.compile`, `torch.export`) and in a child Python process that we kill on
+# purpose.
 #
 # **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would
 # happen instead); checkpoints then also hold the CUDA random states, and the resume demonstration
@@ -1233,6 +1234,126 @@ assert torch.equal(gate_pt2(torch.tensor([1.0, 2.0, -4.0])), torch.tensor([-1.0,
 # with torch.no_grad():
 #     torch.testing.assert_close(compiled_model(x), deploy(x))  # compiled kernels: compare with tolerances
 # ```
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# notebook 04's data loading. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The
+# **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
+# attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
+# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass. Files go
+# only into temporary folders that the checks create and delete.
+
+# %%
+import os
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.exercises import Checker
+
+ex = Checker("06")
+
+# %% [markdown]
+# ### Exercise 1 · Predict what a `state_dict` holds
+#
+# Sections 1 and 8 (buffers, optimizer state, the prefixes of wrappers). For the model below, predict on paper:
+#
+# * **a**: `len(Tagger().state_dict())`, the number of entries in the model's `state_dict`;
+# * **b**: `len(opt.state_dict()["state"])` for `model = Tagger()` and `opt = torch.optim.Adam(model.parameters())`,
+#   after one `backward()` and one `opt.step()`;
+# * **c**: the key under which `torch.compile(nn.DataParallel(model)).state_dict()` stores `model.head.weight`.
+#
+# Write them as a list `[a, b, c]` (two ints and a string), then check. Running code afterwards to see why is
+# allowed.
+
+# %%
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.1))
+        self.head = nn.Linear(8, 3)
+        self.register_buffer("temperature", torch.tensor(1.0))
+        self.register_buffer("cache", torch.zeros(3), persistent=False)
+
+    def forward(self, x):
+        return self.head(self.body(x)) / self.temperature
+
+
+print(Tagger())  # the layers; what they save is for you to predict
+
+# %%
+# ✏️ Exercise 1: replace ... with [a, b, c], e.g. [1, 2, "x.head.weight"]
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · A checkpoint that resumes bit for bit
+#
+# The notes' checkpoint saves the epoch, the model's and the optimizer's `state_dict` and the last loss. Section 5
+# showed what it misses. Write the pair yourself, with `torch.save` and `torch.load` (default `weights_only=True`):
+#
+# * `save_state(path, model, optimizer, step)` writes one file at `path` with everything needed to continue;
+# * `load_state(path, model, optimizer)` restores it into the model and optimizer it is given (built afresh, as a
+#   new process would) and returns the saved `step`.
+#
+# The check trains a small network with BatchNorm and dropout (`Dropout`), drawing its batches with
+# `torch.randint`; both use torch's global random generator (the CPU one: no GPU is involved). It saves, trains on
+# (the run that never stopped), then builds a fresh model and optimizer with other weights and another random state,
+# loads, trains on, and compares: the two runs must end with the same weights, with SGD with momentum and with
+# AdamW. To try your functions by hand, write into a `tempfile.TemporaryDirectory()`, as the check does.
+
+# %%
+# ✏️ Exercise 2: write the bodies of both functions
+def save_state(path: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    raise NotImplementedError("your code here")
+
+
+def load_state(path: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, save_state, load_state)
+
+# %% [markdown]
+# ### Exercise 3 · Resume in the middle of an epoch (stretch)
+#
+# The last row of section 5's table, "position in the data", with notebook 04's `DataLoader` and samplers. Write
+# the training loop `train_steps(model, optimizer, dataset, ckpt_path, stop, save_every=4)` of a job that a cluster
+# may kill at any moment and then restart with the same arguments:
+#
+# * if a file exists at `ckpt_path`, resume from it first; train global steps from there up to `stop`
+#   (excluded), and return the step it started from (0 without a file);
+# * step `s` trains on one batch of `BATCH = 8` samples of `dataset` (a `TensorDataset` of `(x, y)` whose length is
+#   a multiple of 8): every epoch visits each sample once, in a new shuffled order each epoch, and a restarted job
+#   must see exactly the batches the job that never died would have seen;
+# * each step: `loss = F.cross_entropy(model(x), y)`, `optimizer.zero_grad()`, `loss.backward()`,
+#   `optimizer.step()`;
+# * after every `save_every` steps (after global steps 4, 8, 12, ...), save a checkpoint to `ckpt_path`.
+#
+# The check runs the job straight to `stop`, then again but killed after step 14 (its last checkpoint holds step
+# 12, in the middle of an epoch), and restarts it with a fresh model and optimizer: the batches and the final
+# weights must be those of the uninterrupted run. The hard part is the data: the global random state of a new
+# process is not that of the dead one.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+BATCH = 8
+
+
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, dataset: torch.utils.data.TensorDataset,
+                ckpt_path: str, stop: int, save_every: int = 4) -> int:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, train_steps)
 
 # %% [markdown]
 # ## Summary

@@ -18,8 +18,8 @@
 # **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`;
 # checkpoints with `utils.checkpoint` (notebook 06).
 #
-# **Study time:** about 50 min. **Run time:** 55 s on the 2-core course machine (one thread, measured by
-# `make execute`). Most of it is the autocast run of section 5, because bfloat16 matrix products are *emulated* in
+# **Study time:** about 70 min, 20 of them for the exercises at the end. **Run time:** 100 s on the 2-core course
+# machine (one thread, measured by `make execute`). Most of it is the autocast run of section 5, because bfloat16 matrix products are *emulated* in
 # those runs: the course machine has no bfloat16 instructions, and `make execute` pins PyTorch's kernels to AVX2
 # on every x86 CPU anyway (`ATEN_CPU_CAPABILITY=avx2`, `ONEDNN_MAX_CPU_ISA=AVX2`, so that outputs agree between
 # machines; README, "Which outputs are compared"). Run by hand on a CPU with bfloat16 instructions (AVX-512 BF16,
@@ -843,6 +843,103 @@ for name, r in runs.items():
     print(line)
 assert all(r["wall_ms"] > 0 and r["cpu_ms"] >= 0 for r in runs.values())
 assert device.type != "cuda" or all(r["peak_cuda_mib"] > 0 for r in runs.values())
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# notebook 03's module hooks. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The
+# **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
+# attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
+# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass. The checks
+# run on the CPU, whatever device you have.
+
+# %%
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.exercises import Checker
+
+ex = Checker("07")
+
+# %% [markdown]
+# ### Exercise 1 · What autocast makes of each operation
+#
+# The notes ask whether the model's parameters are float32 in mixed-precision training (混合精度训练).
+# Answer their question, and three more, by predicting the four dtypes this code prints (section 2):
+#
+# ```python
+# layer = nn.Linear(8, 4)
+# x, target = torch.randn(16, 8), torch.randint(0, 4, (16,))
+# with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+#     h = layer(x)
+#     p = torch.softmax(h, dim=-1)
+#     loss = F.cross_entropy(h, target)
+# loss.backward()
+# print(h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype)
+# ```
+#
+# Write them as a list of four dtypes, e.g. `[torch.float16, torch.float16, torch.float16, torch.float16]`. Careful:
+# the question is about the CPU's lists.
+
+# %%
+# ✏️ Exercise 1: replace ... with [h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype]
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · One AMP training step in the right order
+#
+# The notes' loop has two lines commented out, `scaler.unscale_(optimizer)` and `clip_grad_norm_(...)`, "needed only
+# if you modify the gradients". Here you clip them. Write `amp_step(model, optimizer, scaler, x, y, max_norm)`, one
+# float16 training step with gradient clipping (梯度裁剪):
+#
+# * compute `F.cross_entropy(model(x), y)` under `torch.amp.autocast(x.device.type, dtype=torch.float16)`;
+# * then, with the `GradScaler` you are given: zero the gradients, the scaled backward pass, `unscale_`, clip the
+#   norm of all gradients to `max_norm`, step, update (sections 3 and 4);
+# * return the loss (not the scaled loss).
+#
+# The check runs four steps on the CPU with a `GradScaler("cpu")` and a small network, and compares every step with
+# the recipe's. Its third batch holds a value above 65504, so that step overflows in float16: the scaler must skip
+# it and halve its scale.
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def amp_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+             x: torch.Tensor, y: torch.Tensor, max_norm: float) -> torch.Tensor:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, amp_step)
+
+# %% [markdown]
+# ### Exercise 3 · Find the layer that overflows (stretch)
+#
+# When a float16 run produces `inf` or `nan`, the first question is: which layer did it first? Combine section 1
+# (float16 overflows above 65504) with notebook 03's forward hooks (sections 9 and 10) and write
+# `first_overflow(model, x)`:
+#
+# * register a forward hook on every module of `model.named_modules()`;
+# * run `model(x)` once, without gradients, under `torch.amp.autocast(x.device.type, dtype=torch.float16)`;
+# * return the name of the first module, in the order the hooks fire, whose output is not finite
+#   (`torch.isfinite`), or `None` if every output is finite;
+# * leave the model as you found it: no hook left behind (remove them in a `finally`), parameters unchanged.
+#
+# The check tries a model that overflows in float16 only, one that does not overflow, one with a `Sequential` inside
+# a `Sequential`, and one whose overflow is hidden by a later ReLU (−inf becomes 0).
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def first_overflow(model: nn.Module, x: torch.Tensor) -> str | None:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, first_overflow)
 
 # %% [markdown]
 # ## Summary

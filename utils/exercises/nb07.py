@@ -1,0 +1,332 @@
+"""Checks for the exercises of notebook 07 · automatic mixed precision (``notebooks/07_mixed_precision.py``)."""
+
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules import module as module_mod
+
+from utils.exercises import Registry, expect, hint, returns
+
+EXERCISES = Registry("07")
+
+WHY = "1. Why 16 bits, and what breaks"
+AUTOCAST = "2. `torch.amp.autocast`: low precision where it is safe"
+SCALER = "3. `torch.amp.GradScaler`: the notes' walk-through"
+RECIPES = "4. Recipes"
+HOOKS = "03 · 10. Practical uses of hooks"
+
+
+def _as_dtype(value, which: str) -> torch.dtype:
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        found = getattr(torch, value.strip().removeprefix("torch."), None)
+        if isinstance(found, torch.dtype):
+            return found
+    hint(f"{which}: write a dtype, such as torch.float32 or torch.bfloat16, not {value!r}")
+
+
+@EXERCISES.exercise(1, "What autocast makes of each operation (predict)", AUTOCAST)
+def predict_dtypes(answer):
+    expect(isinstance(answer, (list, tuple)) and len(answer) == 4,
+           "give a list of four dtypes: [h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype]")
+    h_dt, p_dt, loss_dt, grad_dt = (_as_dtype(v, w) for v, w in zip(answer, ("h", "p", "loss", "grad")))
+
+    # the exercise's code, run on the CPU (its autocast lists are the ones asked about)
+    layer = nn.Linear(8, 4)
+    x, target = torch.randn(16, 8), torch.randint(0, 4, (16,))
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        h = layer(x)
+        p = torch.softmax(h, dim=-1)
+        loss = F.cross_entropy(h, target)
+    loss.backward()
+
+    if h_dt == torch.float32:
+        hint("h: `nn.Linear` is a matrix product, on autocast's lower-precision list: its float32 inputs (x, "
+             "weight, bias) are cast to bfloat16 and so is its output")
+    expect(h_dt == h.dtype, f"h: a linear layer under autocast with dtype=torch.bfloat16 does not give {h_dt}")
+    if p_dt == torch.float32:
+        hint("p: on the CPU softmax is on no autocast list (on CUDA it is on the float32 list): it follows its "
+             "input, and h is bfloat16")
+    expect(p_dt == p.dtype, f"p: softmax follows the dtype of its input on the CPU, so not {p_dt}")
+    if loss_dt == torch.bfloat16:
+        hint("loss: `cross_entropy` is on autocast's float32 list on every device: its bfloat16 input is cast to "
+             "float32 first, so the loss is float32")
+    expect(loss_dt == loss.dtype, f"loss: not {loss_dt}")
+    if grad_dt == torch.bfloat16:
+        hint("grad: autocast changes only how operations compute. The parameters stay float32 and their "
+             "gradients have the parameters' dtype: the answer to the notes' question is yes")
+    expect(grad_dt == layer.weight.grad.dtype, f"grad: not {grad_dt}")
+
+
+# ---------------------------------------------------------------------------------------------- exercise 2
+
+LR, MAX_NORM, INIT_SCALE = 0.1, 0.5, 8.0
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def _copy(model, opt, scaler):
+    """An independent copy of (model with its .grad, optimizer, scaler) to replay one step."""
+    m = _mlp()
+    m.load_state_dict(model.state_dict())
+    for p, q in zip(m.parameters(), model.parameters()):
+        p.grad = None if q.grad is None else q.grad.clone()
+    o = torch.optim.SGD(m.parameters(), lr=LR)
+    o.load_state_dict(opt.state_dict())
+    s = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE)
+    s.load_state_dict(scaler.state_dict())
+    return m, o, s
+
+
+def _loss(m, x, y):
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        return F.cross_entropy(m(x), y)
+
+
+def _right(m, o, s, x, y):
+    loss = _loss(m, x, y)
+    o.zero_grad()
+    s.scale(loss).backward()
+    s.unscale_(o)
+    nn.utils.clip_grad_norm_(m.parameters(), MAX_NORM)
+    s.step(o)
+    s.update()
+    return loss
+
+
+def _clip_first(m, o, s, x, y):
+    o.zero_grad()
+    s.scale(_loss(m, x, y)).backward()
+    nn.utils.clip_grad_norm_(m.parameters(), MAX_NORM)  # clips the scaled gradients
+    s.step(o)
+    s.update()
+
+
+def _no_clip(m, o, s, x, y):
+    o.zero_grad()
+    s.scale(_loss(m, x, y)).backward()
+    s.step(o)
+    s.update()
+
+
+def _not_scaled(m, o, s, x, y):
+    o.zero_grad()
+    _loss(m, x, y).backward()
+    s.unscale_(o)
+    nn.utils.clip_grad_norm_(m.parameters(), MAX_NORM)
+    s.step(o)
+    s.update()
+
+
+def _optimizer_step(m, o, s, x, y):
+    o.zero_grad()
+    s.scale(_loss(m, x, y)).backward()
+    o.step()  # the scaled gradients
+
+
+def _no_zero_grad(m, o, s, x, y):
+    s.scale(_loss(m, x, y)).backward()
+    s.unscale_(o)
+    nn.utils.clip_grad_norm_(m.parameters(), MAX_NORM)
+    s.step(o)
+    s.update()
+
+
+MISTAKES = [
+    (_clip_first, "the gradients were clipped while still scaled: call `scaler.unscale_(optimizer)` before "
+                  "`clip_grad_norm_`, or the clipping threshold is in the wrong units", RECIPES),
+    (_no_clip, "the gradients were not clipped: call `torch.nn.utils.clip_grad_norm_(model.parameters(), "
+               "max_norm)` between `scaler.unscale_(optimizer)` and `scaler.step(optimizer)`", RECIPES),
+    (_not_scaled, "the backward pass started from the unscaled loss, so `unscale_` divided true gradients by the "
+                  "scale: call `scaler.scale(loss).backward()`", SCALER),
+    (_optimizer_step, "`optimizer.step()` used the scaled gradients, `scale` times too large: step with "
+                      "`scaler.step(optimizer)`, which unscales them first (and skips steps with inf/nan)", SCALER),
+    (_no_zero_grad, "the gradients of the previous step were still there: call `optimizer.zero_grad()` in every "
+                    "step (at its start, or after `scaler.update()` as the notes do)",
+     "02 · 4. The graph is freed; gradients accumulate (梯度累加)"),
+]
+
+
+def _params(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.allclose(p, q, rtol=1e-5, atol=1e-7, equal_nan=True) for p, q in zip(a, b))
+
+
+@EXERCISES.exercise(2, "One AMP training step in the right order (write a function)", SCALER)
+def amp_step_check(fn):
+    g = torch.Generator().manual_seed(7)
+    batches = [(3 * torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g)) for _ in range(4)]
+    batches[2][0][0, 0] = 1e5  # above float16's 65504: this step overflows and must be skipped
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE)
+        seen_dtypes = []
+        model[0].register_forward_hook(lambda mod, args, out: seen_dtypes.append(out.dtype))
+        for number, (x, y) in enumerate(batches):
+            before = _copy(model, opt, scaler)
+            expected_model, expected_opt, expected_scaler = _copy(*before)
+            expected_loss = _right(expected_model, expected_opt, expected_scaler, x, y)
+            try:
+                loss = returns(fn, model, opt, scaler, x, y, MAX_NORM)
+            except AssertionError as err:  # GradScaler's own checks are asserts
+                if "_scale is None" in str(err):
+                    hint("`unscale_` found no scale: the backward pass must start from the scaled loss, "
+                         "`scaler.scale(loss).backward()`")
+                if "No inf checks were recorded" in str(err) and all(p.grad is None for p in model.parameters()):
+                    hint("no parameter had a gradient when the scaler unscaled and stepped: zero the gradients "
+                         "before `backward()` (or after `scaler.update()`), never between backward and step")
+                if "No inf checks were recorded" in str(err):
+                    hint("`scaler.update()` found no inf/nan check to learn from: step with "
+                         "`scaler.step(optimizer)`, not `optimizer.step()`")
+                raise
+            except RuntimeError as err:
+                message = str(err)
+                if "since the last update()" in message or "after step()" in message:
+                    hint("the scaler refused a second step: call `scaler.update()` at the end of every step, "
+                         "after `scaler.step(optimizer)`")
+                raise
+            if scaler._per_optimizer_states[id(opt)]["stage"].name != "READY":  # internal, as in section 3
+                hint("after your step the scaler is not back in its READY state: `scaler.update()` must be its last "
+                     "call in every step, after `scaler.step(optimizer)`")
+            if seen_dtypes and seen_dtypes[-1] == torch.float32:
+                hint("the forward pass ran in float32: compute the output and the loss inside "
+                     "`with torch.amp.autocast(x.device.type, dtype=torch.float16):`", AUTOCAST)
+            if seen_dtypes and seen_dtypes[-1] == torch.bfloat16:
+                hint("the forward pass ran in bfloat16: this exercise uses float16, the type that needs a "
+                     "GradScaler (bfloat16 has float32's range and does not)", WHY)
+            expect(isinstance(loss, (torch.Tensor, float)), f"return the loss, not a {type(loss).__name__}")
+            loss = torch.as_tensor(loss)
+            if loss.dtype == torch.float16:
+                hint("the loss is float16: compute it inside the autocast region, where `cross_entropy` runs in "
+                     "float32", AUTOCAST)
+            if number == 0 and torch.allclose(loss.detach().float(), INIT_SCALE * expected_loss.detach()):
+                hint("return the loss itself, not `scaler.scale(loss)`: the scaled loss is only for `backward()`")
+            expect(torch.allclose(loss.detach().float().cpu(), expected_loss.detach(), rtol=1e-3, equal_nan=True),
+                   f"the returned loss {loss.item():.4f} is not the cross-entropy of this batch "
+                   f"({expected_loss.item():.4f})")
+            after = _params(model)
+            if number == 2:  # the overflow
+                if not all(torch.isfinite(p).all() for p in after):
+                    hint("an overflowing step wrote inf/nan into the weights: step with `scaler.step(optimizer)`, "
+                         "which skips the update when the gradients are not finite, never `optimizer.step()`")
+                expect(scaler.get_scale() == expected_scaler.get_scale(), "after an overflow the scale should "
+                       f"halve ({expected_scaler.get_scale():g}), but it is {scaler.get_scale():g}: call "
+                       "`scaler.update()` after `scaler.step(optimizer)`")
+            if _close(after, _params(expected_model)):
+                continue
+            for mistake, message, section in MISTAKES:
+                m, o, s = _copy(*before)
+                try:
+                    mistake(m, o, s, x, y)
+                except (AssertionError, RuntimeError):  # this mistake would have raised, so it is not the one
+                    continue
+                if _close(after, _params(m)):
+                    hint(message, section)
+            if number < 2 and _close(after, [p.detach() for p in before[0].parameters()]):
+                hint("the weights did not change: were the gradients zeroed between the backward pass and the step? "
+                     "Zero them before `backward()` (or after `scaler.update()`), and step with "
+                     "`scaler.step(optimizer)`")
+            hint("after the step the weights differ from those of the recipe: scale → backward → unscale_ → clip "
+                 "→ step → update")
+
+
+# ---------------------------------------------------------------------------------------------- exercise 3
+
+def _hooks_left(model: nn.Module) -> bool:
+    local = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    return local or bool(module_mod._global_forward_hooks) or bool(module_mod._global_forward_pre_hooks)
+
+
+def _overflowing_chain() -> nn.Module:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    with torch.no_grad():
+        for layer in (model[0], model[2], model[4]):
+            layer.bias.zero_()
+        model[0].weight.fill_(1.0)  # 4 inputs of 2.0: outputs 8
+        model[2].weight.fill_(2000.0)  # 8 * 8 * 2000 = 128000 > 65504: inf in float16, fine in float32
+        model[4].weight.normal_()
+    return model
+
+
+def _nested() -> nn.Module:
+    model = nn.Sequential(OrderedDict(
+        stem=nn.Linear(4, 8),
+        block=nn.Sequential(nn.Linear(8, 8), nn.ReLU()),
+        head=nn.Linear(8, 2),
+    ))
+    with torch.no_grad():
+        model.stem.weight.fill_(1.0)
+        model.stem.bias.zero_()
+        model.block[0].weight.fill_(2000.0)  # 128000: inf in float16, passed on by the ReLU and the container
+        model.block[0].bias.zero_()
+    return model
+
+
+def _hidden() -> nn.Module:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(-10000.0)  # -80000: -inf in float16; the ReLU makes it 0, the model's output is finite
+        model[0].bias.zero_()
+    return model
+
+
+def _ask(fn, model, x):
+    dtypes = {name: p.dtype for name, p in model.named_parameters()}
+    name = fn(model, x)  # None is a valid answer here, so no `returns`
+    if _hooks_left(model):
+        hint("hooks are still registered after your function returned: keep every handle and call "
+             "`handle.remove()` in a `finally` block", HOOKS)
+    if any(p.dtype != dtypes[n] for n, p in model.named_parameters()):
+        hint("your function changed the model's parameters to another dtype (`.half()`?): use autocast, which "
+             "leaves the parameters float32 and casts only inside the region", AUTOCAST)
+    if isinstance(name, nn.Module):
+        hint("return the module's name as `named_modules()` gives it (a string such as \"2\"), not the module")
+    expect(name is None or isinstance(name, str), f"return a module name (str) or None, not {type(name).__name__}")
+    return name
+
+
+@EXERCISES.exercise(3, "Find the layer that overflows (stretch)", WHY)
+def first_overflow_check(fn):
+    x = torch.full((3, 4), 2.0)
+    chain = _overflowing_chain()
+    found = _ask(fn, chain, x)
+    if found is None:
+        hint("no overflow found, but layer \"2\" overflows in float16: run the model inside "
+             "`torch.amp.autocast(x.device.type, dtype=torch.float16)` (in float32 and bfloat16 the values, about "
+             "1e5, fit easily)", AUTOCAST)
+    if found in ("", "4", "3"):
+        hint(f"you returned {found!r}, a module that only passes on the overflow of an earlier one: return the "
+             "first module, in the order the hooks fire, whose output is not finite")
+    expect(found == "2", f"the first module with a non-finite output is \"2\" (its output reaches 128000), "
+           f"not {found!r}")
+
+    tame = _overflowing_chain()
+    with torch.no_grad():
+        tame[2].weight.fill_(0.01)
+    found = _ask(fn, tame, x)
+    expect(found is None, f"when no output overflows, return None, not {found!r}")
+
+    nested = _nested()
+    found = _ask(fn, nested, x)
+    if found == "block":
+        hint("you returned the container \"block\": register the hook on every module of `named_modules()`, "
+             "not only on the direct children; a container's hook fires after those of the modules inside it",
+             HOOKS)
+    expect(found == "block.0", f"the first non-finite output is that of \"block.0\", not {found!r}")
+
+    found = _ask(fn, _hidden(), x)
+    if found is None:
+        hint("no overflow found in a model whose layer \"0\" gives -80000 (-inf in float16) while its output is "
+             "finite, because the ReLU after it turns -inf into 0: test every module's output with "
+             "`torch.isfinite`, not only the model's")
+    expect(found == "0", f"the first non-finite output is that of \"0\", not {found!r}")
