@@ -15,7 +15,7 @@
 # [notebook 07](07_mixed_precision.ipynb), §4; choosing GPUs with `CUDA_VISIBLE_DEVICES` in the setup of
 # [notebook 08](08_data_parallel_ddp.ipynb). They are only linked here.
 #
-# **Study time:** about 40 min (15 of them for the exercises). **Run time:** 10 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 40 min (15 of them for the exercises). **Run time:** 15 s on the 2-core course machine (one thread, measured by
 # `make execute`).
 #
 # **On a GPU:** section 2 checks, in a fresh process without `CUBLAS_WORKSPACE_CONFIG`, that deterministic mode
@@ -310,10 +310,10 @@ ex.check(1, answer_1)
 # %% [markdown]
 # ### Exercise 2 · A loader whose shuffling repeats
 #
-# Write `seeded_loader(dataset, batch_size, seed)`, returning a `DataLoader` that shuffles every epoch, whose
-# sequence of epoch orders is the same every time it is built with the same seed (and differs for another
-# seed), whatever the rest of the program draws, and which never reseeds or draws from the global generator, not
-# even per epoch: that is what would also make worker processes repeat (section 3, and
+# Write `seeded_loader(dataset, batch_size, seed)`. It returns a `DataLoader` that shuffles anew every epoch and
+# whose sequence of epoch orders is fixed by `seed`: the same every time it is built with that seed (another
+# seed, other orders), whatever else the program draws. It must never reseed or draw from the global generator,
+# not even once per epoch; that is also what makes worker processes repeat (section 3 and
 # [notebook 04](04_mnist_cnn.ipynb), §5).
 
 # %%
