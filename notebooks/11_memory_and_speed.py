@@ -19,7 +19,7 @@
 # §4; the in-place errors of autograd in [notebook 03](03_dynamic_graphs_and_hooks.ipynb), §8; worker processes
 # and samplers in [notebook 04](04_mnist_cnn.ipynb), §3–5.
 #
-# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 35 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 25 s on the 2-core course machine (one thread, measured by
 # `make execute` with a warm `torch.compile` cache); the first run on a machine spends about 15 s more while
 # Inductor builds its C++ kernels.
 #
