@@ -18,7 +18,7 @@
 # ([notebook 03](03_dynamic_graphs_and_hooks.ipynb), §6, and [notebook 04](04_mnist_cnn.ipynb), §13), buffers in
 # a `state_dict` ([notebook 06](06_save_load_checkpoints.ipynb), §1).
 #
-# **Study time:** about 50 min. **Run time:** 15 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 70 min (20 of them for the exercises). **Run time:** 15 s on the 2-core course machine (one thread, measured by
 # `make execute`).
 #
 # **On a GPU:** the optimizer demonstration of section 2.1 moves its layer to `cuda`; everything else runs on
@@ -785,6 +785,105 @@ def grad_gap(with_bn, micro_batches=4):
 print(f"without BatchNorm: max gradient difference below 1e-6: {grad_gap(False) < 1e-6}")
 print(f"with BatchNorm:    max gradient difference {grad_gap(True):.2f}")
 assert grad_gap(False) < 1e-6 and grad_gap(True) > 1e-2
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a module, then a stretch that combines sections 2.3–2.6 with
+# the training loop of notebook 04. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run
+# it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or
+# *not attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a
+# kernel restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass.
+
+# %%
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.exercises import Checker
+
+ex = Checker("10")
+
+# %% [markdown]
+# ### Exercise 1 · Count what a module registers
+#
+# The notes (004) observe that layers kept in a Python list are "not really added to the network"; sections 1.1
+# and 1.2 say why. Apply that to this module (BatchNorm's buffers are listed in
+# [notebook 06](06_save_load_checkpoints.ipynb), §1):
+#
+# ```python
+# class Net(nn.Module):
+#     def __init__(self):
+#         super().__init__()
+#         self.body = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+#         self.extra = [nn.Linear(4, 4)]
+#         self.norm = nn.BatchNorm1d(4)
+#         self.scale = nn.Parameter(torch.ones(4))
+#         self.register_buffer("mask", torch.ones(4), persistent=False)
+#         self.offset = torch.zeros(4)
+# ```
+#
+# Predict, on paper first, for `net = Net()`: (1) `sum(p.numel() for p in net.parameters())`,
+# (2) `len(list(net.buffers()))`, (3) `len(net.state_dict())`, and (4), from section 1.6, the value of every
+# element that survives `nn.Dropout(p=0.2)` in training mode applied to `torch.ones(10)`.
+
+# %%
+# ✏️ Exercise 1: replace ... with [parameters, buffers, state_dict keys, survivor value], e.g. [10, 2, 5, 1.5]
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · LayerNorm as a module
+#
+# Section 1.8 computed the notes' hand-written LayerNorm as a formula. Make it a layer: `MyLayerNorm(n, eps=1e-5)`
+# normalises each vector along the **last** dimension (size `n`) with the biased variance and `eps`, then
+# multiplies by a learnable `weight` (initially ones) and adds a learnable `bias` (initially zeros), both of shape
+# `(n,)`, exactly as `nn.LayerNorm(n, eps=eps)`. It must work for inputs of any number of dimensions, train (its
+# parameters get gradients) and follow `.to(torch.float64)` (section 1.1).
+
+# %%
+# ✏️ Exercise 2: write __init__ and forward
+class MyLayerNorm(nn.Module):
+    def __init__(self, normalized_shape: int, eps: float = 1e-5):
+        super().__init__()
+        raise NotImplementedError("your code here")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, MyLayerNorm)
+
+# %% [markdown]
+# ### Exercise 3 · AdamW, decay groups and warm-up + cosine, in notebook 04's loop (stretch)
+#
+# The notes advise warming up a large learning rate ("Training ImageNet in 1 Hour") and quote YOLOv5's parameter
+# groups. Write `fit(model, loader, epochs, lr, weight_decay, warmup_steps)`, which trains `model` on the
+# `(x, y)` batches of `loader` with:
+#
+# * `torch.optim.AdamW` at learning rate `lr`, with weight decay `weight_decay` on every parameter tensor of two or
+#   more dimensions and `0` on the 1-D ones (section 2.3);
+# * a `LambdaLR` stepped after **every batch**, whose factor warms up linearly, then follows a half cosine down to
+#   zero (sections 2.5–2.6): $f(s) = (s+1)/w$ for $s < w$, else $\tfrac12\bigl(1 + \cos(\pi (s - w) / (T - w))\bigr)$,
+#   where $s$ counts the scheduler's steps so far, $w$ is `warmup_steps` and $T$ = `epochs * len(loader)`;
+# * the training step of [notebook 04](04_mnist_cnn.ipynb), §13, with `F.mse_loss(model(x), y)` as the loss.
+#
+# Return `(optimizer, lrs)`, where `lrs[i]` is the learning rate of the i-th optimizer step, read from
+# `optimizer.param_groups[0]["lr"]` just before that step.
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def fit(model, loader, epochs, lr, weight_decay, warmup_steps):
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, fit)
 
 # %% [markdown]
 # ## Summary

@@ -19,7 +19,7 @@
 # §4; the in-place errors of autograd in [notebook 03](03_dynamic_graphs_and_hooks.ipynb), §8; worker processes
 # and samplers in [notebook 04](04_mnist_cnn.ipynb), §3–5.
 #
-# **Study time:** about 60 min. **Run time:** 30 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 25 s on the 2-core course machine (one thread, measured by
 # `make execute` with a warm `torch.compile` cache); the first run on a machine spends about 15 s more while
 # Inductor builds its C++ kernels.
 #
@@ -901,6 +901,86 @@ finally:
 print(f"per-sample loop {fastest['flip_per_sample'] * 1e3:.2f} ms | vectorised {fastest['flip_vectorised'] * 1e3:.2f} ms"
       f" | ratio {fastest['flip_per_sample'] / fastest['flip_vectorised']:.0f}x")
 assert fastest["flip_per_sample"] > fastest["flip_vectorised"]
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines section 5 with the
+# convolutions and BatchNorm of notebook 04. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it
+# and run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to
+# re-read, or *not attempted yet* while the stub is untouched. This section does not depend on the lesson's
+# cells: after a kernel restart, run its first cell and go on. `make progress` lists which exercises of every
+# notebook pass.
+
+# %%
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from utils.exercises import Checker
+
+ex = Checker("11")
+
+# %% [markdown]
+# ### Exercise 1 · Which in-place operation breaks backward?
+#
+# The notes state the rule of section 2: an operation may overwrite a tensor in place only if backward does not
+# need that tensor, which is why ReLU may be in place. Each snippet below starts from
+# `x = torch.randn(4, requires_grad=True)` and `h = x * 3`, and ends with `y.sum().backward()`. Which ones
+# raise the version-counter error? Decide from what each backward formula needs, then check.
+#
+# | snippet | code between `h = x * 3` and `y.sum().backward()` |
+# |---|---|
+# | A | `y = h.exp(); y.add_(1)` |
+# | B | `y = h.sigmoid(); h.mul_(2)` |
+# | C | `y = h ** 2; h.mul_(2)` |
+# | D | `y = torch.relu(h); h.mul_(2)` |
+# | E | `y = torch.relu(h); y.mul_(2)` |
+# | F | `y = h + 1; h.mul_(2)` |
+
+# %%
+# ✏️ Exercise 1: replace ... with the set of letters whose backward() raises, e.g. {"A", "B"}
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · Checkpoint every block
+#
+# Write `checkpointed(blocks, x)`: it runs `x` through every block of the `nn.ModuleList` `blocks`, in order,
+# and checkpoints **each block separately** with `torch.utils.checkpoint.checkpoint`, so that autograd keeps only
+# each block's input (section 1.1 counts them). The blocks contain Dropout and `x` is data that does not require
+# grad: the gradients must still equal those of the plain loop (section 1.3 says which argument makes that true).
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def checkpointed(blocks: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, checkpointed)
+
+# %% [markdown]
+# ### Exercise 3 · Fold BatchNorm into the convolution (stretch)
+#
+# Section 5 folded BatchNorm into the preceding convolution with the library. Do it by hand:
+# `fuse_conv_bn(conv, bn)` returns a **new** `nn.Conv2d` whose output equals `bn(conv(x))` in eval mode, without
+# changing `conv` or `bn`. You need the layout of a convolution's weight, `(out_channels, in_channels / groups,
+# kh, kw)` ([notebook 04](04_mnist_cnn.ipynb), §10), BatchNorm's eval-mode formula with its running statistics
+# ([notebook 04](04_mnist_cnn.ipynb), §13; they are buffers, [notebook 06](06_save_load_checkpoints.ipynb), §1),
+# and the convolution's other settings (`stride`, `padding`, `dilation`, `groups`). Convolutions followed by
+# BatchNorm are often built with `bias=False` ([notebook 04](04_mnist_cnn.ipynb), §12 says why).
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def fuse_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, fuse_conv_bn)
 
 # %% [markdown]
 # ## Summary

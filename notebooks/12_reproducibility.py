@@ -15,7 +15,7 @@
 # [notebook 07](07_mixed_precision.ipynb), §4; choosing GPUs with `CUDA_VISIBLE_DEVICES` in the setup of
 # [notebook 08](08_data_parallel_ddp.ipynb). They are only linked here.
 #
-# **Study time:** about 25 min. **Run time:** 10 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 40 min (15 of them for the exercises). **Run time:** 15 s on the 2-core course machine (one thread, measured by
 # `make execute`).
 #
 # **On a GPU:** section 2 checks, in a fresh process without `CUBLAS_WORKSPACE_CONFIG`, that deterministic mode
@@ -254,6 +254,100 @@ if torch.cuda.is_available():
           [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
 else:
     print("CPU run: CUDA version, cuDNN version and GPU names are printed when a GPU is visible")
+
+# %% [markdown]
+# ## Exercises (练习)
+#
+# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with the
+# checkpoints of notebook 06. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it.
+# The **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
+# attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
+# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass.
+
+# %%
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from utils.exercises import Checker
+
+ex = Checker("12")
+
+# %% [markdown]
+# ### Exercise 1 · Identical or not?
+#
+# The notes' `seed_torch` seeds every generator; sections 1 and 3 show what one extra draw does. For each pair
+# below, on the CPU, are `a` and `b` identical? Predict before running anything; one of the four goes a step
+# beyond section 3, and the hint explains it.
+#
+# ```python
+# # (a)
+# torch.manual_seed(0); a = torch.randn(3)
+# g = torch.Generator().manual_seed(0); b = torch.randn(3, generator=g)
+# # (b)
+# torch.manual_seed(0); a = torch.randn(3)
+# torch.manual_seed(0); np.random.rand(); random.random(); b = torch.randn(3)
+# # (c)
+# torch.manual_seed(0); a = torch.randn(3)
+# torch.manual_seed(0)
+# for batch in DataLoader(range(4), batch_size=2):  # no shuffling
+#     pass
+# b = torch.randn(3)
+# # (d)
+# loader = DataLoader(range(8), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0))
+# a = next(iter(loader)); b = next(iter(loader))  # the first batch of two epochs
+# ```
+
+# %%
+# ✏️ Exercise 1: replace ... with four booleans for (a)-(d), True where a and b are identical
+answer_1 = ...
+
+# %%
+ex.check(1, answer_1)
+
+# %% [markdown]
+# ### Exercise 2 · A loader whose shuffling repeats
+#
+# Write `seeded_loader(dataset, batch_size, seed)`. It returns a `DataLoader` that shuffles anew every epoch and
+# whose sequence of epoch orders is fixed by `seed`: the same every time it is built with that seed (another
+# seed, other orders), whatever else the program draws. It must never reseed or draw from the global generator,
+# not even once per epoch; that is also what makes worker processes repeat (section 3 and
+# [notebook 04](04_mnist_cnn.ipynb), §5).
+
+# %%
+# ✏️ Exercise 2: write the body of the function
+def seeded_loader(dataset, batch_size: int, seed: int) -> DataLoader:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(2, seeded_loader)
+
+# %% [markdown]
+# ### Exercise 3 · Save and restore every generator (stretch)
+#
+# A resumed run repeats the uninterrupted one only if its checkpoint holds the random states too
+# ([notebook 06](06_save_load_checkpoints.ipynb), §5, the table of what the notes' recipe misses). Write
+# `rng_snapshot()`, which returns the current states of Python's `random`, NumPy's global generator, torch's CPU
+# generator and, when CUDA is available, every GPU's; and `rng_restore(snapshot)`, which puts them back, so that
+# the draws after a restore are the draws that followed the snapshot. The snapshot goes into a checkpoint, so it
+# must survive `torch.save` and `torch.load(..., weights_only=True)` ([notebook 06](06_save_load_checkpoints.ipynb),
+# §4): the check saves and loads it before restoring. (`utils.checkpoint` has such functions; write your own.)
+
+# %%
+# ✏️ Exercise 3: write the bodies of the two functions
+def rng_snapshot() -> dict:
+    raise NotImplementedError("your code here")
+
+
+def rng_restore(snapshot: dict) -> None:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, rng_snapshot, rng_restore)
 
 # %% [markdown]
 # ## Summary

@@ -1,0 +1,242 @@
+"""Checks for the exercises of notebook 11 · memory and speed (``notebooks/11_memory_and_speed.py``)."""
+
+import contextlib
+import copy
+import warnings
+from unittest import mock
+
+import torch
+import torch.nn.utils.fusion
+from torch import nn
+
+from utils.exercises import Registry, expect, hint, returns
+
+EXERCISES = Registry("11")
+
+S_COUNTED = "1.1 Saved activations, counted"
+S_REENTRANT = "1.3 Random numbers, and `use_reentrant`"
+S_INPLACE = "2. In-place operations (原地操作)"
+S_FUSION = "5. Fusing Conv and BatchNorm for inference (Conv 层和 BN 层融合)"
+
+# Which snippets of exercise 1 raise in backward(), and why (verified on PyTorch 2.14).
+RAISES = {"A": True, "B": False, "C": True, "D": False, "E": True, "F": False}
+WHY = {
+    "A": "A raises: the derivative of exp is exp itself, so `exp` saves its output y, and `y.add_(1)` overwrites it",
+    "B": "B runs: sigmoid's backward uses its output, σ(1 − σ), not its input h, so overwriting h afterwards "
+         "harms nothing",
+    "C": "C raises: the derivative of h ** 2 is 2h, so `pow` saves its input h, and `h.mul_(2)` overwrites it",
+    "D": "D runs: ReLU's backward needs only its output (y > 0), as the notes explain, so overwriting its input "
+         "h is harmless",
+    "E": "E raises: ReLU saves its output y (its backward reads y > 0), and `y.mul_(2)` overwrites it",
+    "F": "F runs: the derivative of h + 1 is 1 whatever h is, so the addition saves nothing",
+}
+
+
+@EXERCISES.exercise(1, "Which in-place operation breaks backward? (predict)", S_INPLACE)
+def inplace_predict(answer):
+    if isinstance(answer, str):
+        answer = [c for c in answer if not c.isspace() and c != ","]
+    expect(isinstance(answer, (set, list, tuple, frozenset)) and all(isinstance(a, str) for a in answer),
+           "give the letters of the snippets whose backward() raises, as a set of strings, e.g. {\"A\", \"B\"}")
+    chosen = {a.strip().upper() for a in answer}
+    unknown = sorted(chosen - set(RAISES))
+    expect(not unknown, f"the snippets are A to F; {unknown} is not one of them")
+    wrong = [letter for letter in sorted(RAISES) if (letter in chosen) != RAISES[letter]]
+    if wrong:
+        more = f" ({len(wrong)} letters are misjudged in all)" if len(wrong) > 1 else ""
+        hint(f"{WHY[wrong[0]]}{more}. The rule: a tensor may be overwritten only if no backward formula saved it, "
+             "and autograd's version counter catches every violation")
+
+
+@contextlib.contextmanager
+def _saved_bytes(model):
+    """The bytes of the distinct non-parameter storages autograd saves inside the block (as in section 1.1)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            storages[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    result = {}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield result
+    result["bytes"] = sum(storages.values())
+
+
+def _plain(blocks, x):
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+def _grads(loss, params, x):
+    inputs = list(params) + ([x] if x.requires_grad else [])
+    return torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
+@EXERCISES.exercise(2, "Checkpoint every block (write a function)", S_REENTRANT)
+def checkpointed(fn):
+    for n_blocks, width, batch, x_needs_grad in ((4, 32, 8, False), (3, 16, 5, True)):
+        torch.manual_seed(n_blocks)
+        blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Dropout(0.2))
+                               for _ in range(n_blocks))
+        x = torch.randn(batch, width, requires_grad=x_needs_grad)
+        act = batch * width * 4
+        params = list(blocks.parameters())
+        torch.manual_seed(100)
+        with _saved_bytes(blocks) as plain_saved:
+            expected = _plain(blocks, x)
+        expected_grads = _grads(expected.square().sum(), params, x)
+
+        torch.manual_seed(100)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with _saved_bytes(blocks) as saved:
+                out = returns(fn, blocks, x)
+        said = " ".join(str(w.message) for w in caught)
+        expect(x.requires_grad == x_needs_grad, "your function changed `x.requires_grad`: leave the caller's input "
+               "alone; with use_reentrant=False no input needs to require grad")
+        if "use_reentrant parameter should be passed explicitly" in said:
+            hint("`checkpoint` was called without use_reentrant: PyTorch 2.14 then warns and falls back to the "
+                 "reentrant implementation, which gives no gradient to a block whose inputs do not require grad; "
+                 "pass use_reentrant=False")
+        expect(isinstance(out, torch.Tensor), f"return the output tensor, not a {type(out).__name__}")
+        expect(out.shape == expected.shape, f"the output should have shape {tuple(expected.shape)}, not "
+               f"{tuple(out.shape)}: run x through every block in order")
+        if not out.requires_grad:
+            if "None of the inputs have requires_grad=True" in said:
+                hint("with use_reentrant=True the blocks run under no_grad and only inputs that require grad get a "
+                     "gradient: the data does not, so nothing does; pass use_reentrant=False")
+            hint("the output has no graph: do not run the blocks under `torch.no_grad()` or detach the result; "
+                 "checkpointing drops activations, not the graph")
+        expect(torch.allclose(out, expected, atol=1e-6, rtol=1e-5), "the output differs from running the blocks "
+               "one after the other (with the same random seed): call each block once, in order")
+        reentrant = ("the reentrant implementation (use_reentrant=True) recomputes each block inside a nested "
+                     "backward call, so its parameters are not in the graph that `torch.autograd.grad` (used by "
+                     "this check) walks: pass use_reentrant=False")
+        try:
+            grads = _grads(out.square().sum(), params, x)
+        except RuntimeError as err:
+            if "incompatible with .grad()" in str(err):
+                hint(reentrant)
+            raise
+        if any(g is None for g in grads[:len(params)]):
+            hint(reentrant)
+        if x_needs_grad and grads[-1] is None:
+            hint("x gets no gradient: do not detach the input, its gradient is part of the result")
+        if not all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads, expected_grads)):
+            hint("the gradients differ from the plain run: the recomputation drew new Dropout masks; keep "
+                 "preserve_rng_state=True (the default), which replays the random generator")
+        if saved["bytes"] >= plain_saved["bytes"]:
+            hint("autograd saved as much as without checkpointing: wrap each block in `checkpoint(block, x, "
+                 "use_reentrant=False)`", S_COUNTED)
+        if saved["bytes"] <= act:
+            hint("the whole chain is one checkpoint, so only x is kept; but backward then recomputes every block "
+                 "at once and holds all their activations again, as high a peak as without checkpointing. "
+                 "Checkpoint each block separately", S_COUNTED)
+        if saved["bytes"] > n_blocks * act:
+            hint(f"autograd kept more than the {n_blocks} block inputs: some block runs without checkpoint "
+                 "(checkpoint_sequential, for one, leaves its last segment unwrapped)", S_COUNTED)
+        expect(saved["bytes"] == n_blocks * act, f"autograd kept less than the {n_blocks} block inputs: a checkpoint "
+               "spans several blocks, whose activations backward then recomputes and holds together; checkpoint "
+               "each block separately", S_COUNTED)
+
+
+def _conv_bn_cases():
+    g = torch.Generator().manual_seed(11)
+    # the first case has a large eps, so that a forgotten eps shows; the second has no conv bias
+    for args, kwargs, eps in (((3, 8, 3), {"padding": 1}, 0.1), ((4, 6, 3), {"stride": 2, "bias": False}, 1e-5),
+                              ((5, 5, 1), {}, 1e-3), ((4, 6, 3), {"groups": 2, "dilation": 2, "padding": 2}, 1e-5)):
+        conv, bn = nn.Conv2d(*args, **kwargs), nn.BatchNorm2d(args[1], eps=eps)
+        with torch.no_grad():
+            conv.weight.copy_(torch.randn(conv.weight.shape, generator=g) * 0.3)
+            if conv.bias is not None:
+                conv.bias.copy_(torch.randn(conv.bias.shape, generator=g))
+            bn.running_mean.copy_(torch.randn(args[1], generator=g))
+            bn.running_var.copy_(torch.rand(args[1], generator=g) * 1.5 + 0.05)
+            bn.weight.copy_(torch.rand(args[1], generator=g) + 0.5)
+            bn.bias.copy_(torch.randn(args[1], generator=g))
+        conv.eval()
+        bn.eval()
+        yield conv, bn, torch.randn(2, args[0], 9, 9, generator=g)
+
+
+def _close(a, b):
+    return a.shape == b.shape and torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+def _weight_hints(fused, conv, bn):
+    w, b = conv.weight.detach(), (conv.bias.detach() if conv.bias is not None else torch.zeros(conv.out_channels))
+    gamma, beta, mean, var = bn.weight.detach(), bn.bias.detach(), bn.running_mean, bn.running_var
+    scale = gamma / torch.sqrt(var + bn.eps)
+    fw = fused.weight.detach()
+    if not _close(fw, w * scale.view(-1, 1, 1, 1)):
+        if _close(fw, w * (gamma / torch.sqrt(var)).view(-1, 1, 1, 1)):
+            hint(f"eps is missing: BatchNorm divides by sqrt(running_var + eps) (this one has eps = {bn.eps})")
+        if _close(fw, w * (gamma * torch.sqrt(var + bn.eps)).view(-1, 1, 1, 1)):
+            hint("the weights are multiplied by the standard deviation: BatchNorm divides by "
+                 "sqrt(running_var + eps)")
+        if _close(fw, w / torch.sqrt(var + bn.eps).view(-1, 1, 1, 1)):
+            hint("the weights lack BatchNorm's γ (bn.weight): scale = γ / sqrt(running_var + eps)")
+        if w.shape[0] == w.shape[1] and _close(fw, w * scale.view(1, -1, 1, 1)):
+            hint("the scale is applied along the input channels: the weight has shape (out, in/groups, kh, kw), "
+                 "so view the per-output-channel scale as (-1, 1, 1, 1)")
+        hint("the fused weight should be the conv weight times γ/sqrt(running_var + eps), one factor per output "
+             "channel")
+    expect(fused.bias is not None, "the fused convolution needs a bias even when the original has none: "
+           "BatchNorm's shift (β − μ·scale) becomes it")
+    fb = fused.bias.detach()
+    if not _close(fb, (b - mean) * scale + beta):
+        if _close(fb, b * scale + beta):
+            hint("the bias ignores the running mean: b' = (b − running_mean) · scale + β")
+        if _close(fb, (b - mean) * scale):
+            hint("the bias lacks BatchNorm's β: b' = (b − running_mean) · scale + β")
+        if _close(fb, b - mean + beta) or _close(fb, b - mean * scale + beta):
+            hint("scale the whole difference, the conv's bias included: b' = (b − running_mean) · scale + β")
+        hint("the fused bias should be (b − running_mean) · γ/sqrt(running_var + eps) + β")
+
+
+class _UsedLibrary(Exception):
+    pass
+
+
+@EXERCISES.exercise(3, "Fold BatchNorm into the convolution (stretch)", S_FUSION)
+def fuse(fn):
+    for conv, bn, images in _conv_bn_cases():
+        before = copy.deepcopy((conv.state_dict(), bn.state_dict()))
+        with torch.no_grad():
+            expected = bn(conv(images))
+        try:
+            with mock.patch.object(torch.nn.utils.fusion, "fuse_conv_bn_weights", side_effect=_UsedLibrary):
+                fused = returns(fn, conv, bn)
+        except _UsedLibrary:
+            hint("that is the library's fuse_conv_bn_eval: write the folding yourself (and compare with it after)")
+        except TypeError as err:
+            if conv.bias is None and "NoneType" in str(err):
+                hint("this convolution has no bias (bias=False, usual before BatchNorm): treat the missing bias as "
+                     "zeros")
+            raise
+        except RuntimeError as err:
+            if "must match the size of tensor" in str(err):
+                hint("the per-channel scale does not broadcast against the weight: the weight has shape (out, "
+                     "in/groups, kh, kw), so view the scale of the out channels as (-1, 1, 1, 1)")
+            raise
+        after = (conv.state_dict(), bn.state_dict())
+        changed = [f"{kind}.{key}" for kind, old, new in (("conv", before[0], after[0]), ("bn", before[1], after[1]))
+                   for key in old if not torch.equal(old[key], new[key])]
+        expect(not changed, f"your function changed the original layers in place ({', '.join(changed)}): build new "
+               "tensors; the unfused model must keep working")
+        expect(isinstance(fused, nn.Conv2d), f"return one nn.Conv2d, not {type(fused).__name__}: the point is one "
+               "layer instead of two")
+        with torch.no_grad():
+            out = fused(images)
+        if out.shape != expected.shape:
+            hint(f"the fused convolution gives shape {tuple(out.shape)} instead of {tuple(expected.shape)}: copy "
+                 "kernel_size, stride, padding, dilation and groups from the original")
+        if torch.allclose(out, expected, atol=1e-5, rtol=1e-4):
+            continue
+        _weight_hints(fused, conv, bn)
+        hint("the fused convolution's output differs from bn(conv(x)) in eval mode")
