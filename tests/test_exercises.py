@@ -192,3 +192,23 @@ def test_progress_reads_the_saved_notebooks(tmp_path):
     table = progress(folder=tmp_path)
     assert re.search(rf"^{py.stem}\s+1✓  2○  3○$", table, re.M), table
     assert table.rstrip().endswith("1 of 3 exercises correct.")
+
+
+@TOY.exercise(2, "draws random numbers", "section A")
+def _draws(value):
+    import torch
+
+    torch.manual_seed(123)  # a check may seed and draw as it likes ...
+    torch.rand(3)
+    assert value == 1 + "x"  # ... and a bug in a check, or an answer it cannot use, is not blamed on the learner
+
+
+def test_a_check_leaves_the_learners_random_state_alone_and_owns_its_errors():
+    import torch
+
+    torch.manual_seed(0)
+    expected = torch.rand(2)
+    torch.manual_seed(0)
+    status, message = judge(TOY, 2, 1)
+    assert status == WRONG and message.startswith("The check could not use your answer (TypeError: unsupported")
+    assert torch.equal(torch.rand(2), expected)  # as if the check had never run

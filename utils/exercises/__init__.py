@@ -24,9 +24,11 @@ saved in ``notebooks/`` and prints which exercises pass. Solutions for teachers 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import random
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -99,7 +101,8 @@ KNOWN_ERRORS: list[tuple[str, str, str]] = [
     (r"expected scalar type|expected .*dtype|found dtype|must have the same dtype",
      "two tensors have different dtypes: convert one with `.to(dtype)` or `.float()`", "01 · 2. Data types (数据类型)"),
     (r"does not require grad and does not have a grad_fn",
-     "nothing in this computation requires a gradient: create the leaf with `requires_grad=True`",
+     "nothing in this computation requires a gradient: the leaf needs `requires_grad=True`, and the path from it to "
+     "the loss must not pass through `.detach()`, `.data`, `.item()` or `torch.no_grad()`",
      "02 · 1. `backward()` on a scalar"),
     (r"backward through the graph a second time",
      "backward frees the graph it used: build the graph again, or pass `retain_graph=True` if you truly need it twice",
@@ -111,36 +114,53 @@ KNOWN_ERRORS: list[tuple[str, str, str]] = [
 ]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch.load's refusals are coloured for a terminal
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = _ANSI.sub("", str(exc)).strip().splitlines()
     return text[0] if text else ""
 
 
 def _explain_exception(exc: BaseException) -> tuple[str, str | None]:
-    message = str(exc)
-    where = _learner_frame(exc)
-    said = f"your code raised {type(exc).__name__}{where}: {_first_line(exc)[:200]}"
+    message = _ANSI.sub("", str(exc))
+    frame = _learner_frame(exc)
+    if frame is None:  # raised by the check itself, or by PyTorch called by the check on the answer
+        said = f"the check could not use your answer ({type(exc).__name__}: {_first_line(exc)[:200]})"
+    else:
+        said = f"your code raised {type(exc).__name__}{frame}: {_first_line(exc)[:200]}"
     for pattern, advice, section in KNOWN_ERRORS:
         if re.search(pattern, message, re.I):
             return f"{said.rstrip('.')}. {advice[:1].upper()}{advice[1:]}", section
     return said, None
 
 
-def _learner_frame(exc: BaseException) -> str:
-    # Name the learner's function and line when the error happened in notebook code.
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_HERE)]
-    for frame in reversed(frames):
-        if "ipykernel" in frame.filename or frame.filename.startswith("<"):
+def _learner_frame(exc: BaseException) -> str | None:
+    """Where the exception passed through the learner's code ("" if not in a named function), else None."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "ipykernel" in frame.filename or frame.filename.startswith("<"):  # a notebook cell
             return f" in `{frame.name}` (line {frame.lineno} of its cell)" if frame.name != "<module>" else ""
-    return ""
-
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
+    return None
 
 
 def attempted(value: Any) -> bool:
     """A value left as ``...`` (the stub) has not been attempted."""
     return value is not Ellipsis
+
+
+@contextlib.contextmanager
+def _own_random_state():
+    """A check draws random numbers of its own: afterwards the learner's generators are as they were."""
+    import numpy as np
+    import torch
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
 
 
 def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
@@ -149,7 +169,8 @@ def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
     if any(a is Ellipsis for a in answers):
         return NOT_ATTEMPTED, "Replace the `...` in the cell above with your answer, run that cell, then this one."
     try:
-        remark = exercise.run(*answers)
+        with _own_random_state():
+            remark = exercise.run(*answers)
     except NotImplementedError:
         return NOT_ATTEMPTED, "Write your code in place of `raise NotImplementedError` above, run that cell, then this one."
     except Hint as h:
