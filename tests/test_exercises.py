@@ -212,3 +212,11 @@ def test_a_check_leaves_the_learners_random_state_alone_and_owns_its_errors():
     status, message = judge(TOY, 2, 1)
     assert status == WRONG and message.startswith("The check could not use your answer (TypeError: unsupported")
     assert torch.equal(torch.rand(2), expected)  # as if the check had never run
+
+
+def test_the_teachers_index_lists_every_exercise(py):
+    index = (SOLUTIONS_DIR / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in index.splitlines() if f"]({py.stem}.md)" in line)
+    for ex in Checker(py.stem[:2], quiet=True).registry.exercises.values():
+        title = re.sub(r" \((predict|write a \w+|stretch)\)$", "", ex.title)
+        assert f"| {title} |" in row, f"solutions/README.md, row {py.stem[:2]}: no {title!r}"
