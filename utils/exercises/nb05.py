@@ -99,6 +99,9 @@ def dot_attention(fn):
                 and not torch.allclose(weights.sum(-1), torch.ones(b, t), atol=1e-5))):
             hint("the softmax ran over the decoder steps (dim 1): each step's weights over the source positions "
                  "must sum to 1, so take it over the last dimension")
+        if (weights <= 0).all() and torch.allclose(weights.exp(), expected_w, atol=1e-5):
+            hint("these are log-weights (`log_softmax`, as the decoders' outputs): attention weights are "
+                 "probabilities, `F.softmax(..., dim=-1)`")
         if torch.isnan(weights).any():
             hint("some weights are NaN: a row whose scores are all -inf has no softmax. The mask is True at real "
                  "words: fill the scores where it is *False*, `masked_fill(~mask, float('-inf'))`")
@@ -171,6 +174,11 @@ def clipped_counts(fn):
     rows = [[int(w) for w in torch.randint(4, 8, (int(length),), generator=g)]
             for length in torch.randint(2, 9, (12,), generator=g)]
     cases.append((_padded(rows[:6], 9), _padded(rows[6:], 8)))
+    rows = [[int(w) for w in torch.randint(4, 40, (int(length),), generator=g)]  # ids past 9: a real vocabulary
+            for length in torch.randint(2, 9, (8,), generator=g)]
+    rows[4] = rows[0][::-1]  # the same pairs reversed: a pair code that forgets the order matches them
+    # (4, 25) and (6, 5) are different bigrams that `10 * a + b` would both turn into 65
+    cases.append((_padded(rows[:4] + [[4, 25, 7]], 8), _padded(rows[4:] + [[6, 5, 7]], 8)))
     for n in (1, 2):
         for hyp, ref in cases:
             b = hyp.shape[0]
@@ -198,5 +206,9 @@ def clipped_counts(fn):
             if matches == _reference_counts(hyp, ref, n, clip=False)[0]:
                 hint("the matches are not clipped: an n-gram counts at most as often as it occurs in the reference, "
                      "so 'the the the the' against 'the cat is here' matches 1 unigram, not 4")
+            if n == 2 and all(m >= w for m, w in zip(matches, want[0])):
+                hint("some different pairs were counted as the same bigram: when you turn a pair of ids (a, b) into "
+                     "one number, it must be unique, `a * V + b` with V larger than every id (not a fixed 10, not "
+                     "a + b)")
             hint(f"for n = {n}, the clipped matches should be {want[0]}, not {matches}: count each distinct n-gram in "
                  "both sentences and add the smaller of the two counts")
