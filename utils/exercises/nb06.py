@@ -5,6 +5,7 @@ import pickle
 import tempfile
 
 import torch
+import torch._dynamo  # noqa: F401  (the first optimizer of a process imports it, ~2 s: pay that in the setup cell)
 import torch.nn.functional as F
 from torch import nn
 
@@ -162,6 +163,7 @@ def save_and_load(save_fn, load_fn):
             torch.manual_seed(100 + case)  # a new process: other initial weights, other random state
             fresh = _small_net()
             fresh_opt = make_opt(fresh.parameters())
+            before = {k: v.clone() for k, v in fresh.state_dict().items()}
             torch.manual_seed(12345)
             step = _call_load(load_fn, path, fresh, fresh_opt)
             expect(isinstance(step, int) and not isinstance(step, bool),
@@ -174,7 +176,12 @@ def save_and_load(save_fn, load_fn):
                 hint("the model's weights were not restored: call `model.load_state_dict(...)` on the model you "
                      "were given (assigning a new object to the name `model` inside the function changes "
                      "nothing outside it)", "2. Save and load the `state_dict` (recommended)")
-            if any(not torch.equal(loaded[k], v) for k, v in saved_model.items()):
+            changed = [k for k, v in saved_model.items() if not torch.equal(loaded[k], v)]
+            if changed and any(not torch.equal(loaded[k], before[k]) for k in changed):
+                hint("BatchNorm's running statistics were loaded, then changed: `load_state` ran the model in "
+                     "training mode after loading (every forward pass in `train()` updates them); only restore "
+                     "state there", BUFFERS)
+            if changed:
                 hint("the weights are back but BatchNorm's running statistics are not: they are buffers, so "
                      "save and load `model.state_dict()`, not only the parameters", BUFFERS)
             now_opt = fresh_opt.state_dict()
@@ -284,6 +291,14 @@ def resume_mid_epoch(fn):
                    "in the checkpoint and return it")
             expect(not probe_seen, f"resumed at step {saved_at} with stop={saved_at}, the function still trained "
                    f"{len(probe_seen)} steps: continue from the checkpoint's step, up to `stop`")
+            if not _params_close(probe, at_save):
+                one_more, _, _, _ = _run(fn, x_all, dataset, os.path.join(tmp, "one_more.pt"), saved_at + 1,
+                                         seed=0, rng_seed=0)
+                if _params_close(probe, one_more):
+                    hint(f"the checkpoint that says step {saved_at} holds the weights after {saved_at + 1} steps: "
+                         f"save after global steps 4, 8, 12 (with a 0-based loop index `step`, when "
+                         "`(step + 1) % save_every == 0`) and store the number of steps done, `step + 1`",
+                         CHECKPOINT)
             expect(_params_close(probe, at_save), "after resuming, the model's weights are not those saved in the "
                    "checkpoint: save `model.state_dict()` and load it with `model.load_state_dict`", CHECKPOINT)
             momentum = [s.get("momentum_buffer") for s in probe_opt.state_dict()["state"].values()]
