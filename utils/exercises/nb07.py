@@ -3,6 +3,7 @@
 from collections import OrderedDict
 
 import torch
+import torch._dynamo  # noqa: F401  (the first optimizer of a process imports it, ~2 s: pay that in the setup cell)
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as module_mod
@@ -140,8 +141,9 @@ def _no_zero_grad(m, o, s, x, y):
 MISTAKES = [
     (_clip_first, "the gradients were clipped while still scaled: call `scaler.unscale_(optimizer)` before "
                   "`clip_grad_norm_`, or the clipping threshold is in the wrong units", RECIPES),
-    (_no_clip, "the gradients were not clipped: call `torch.nn.utils.clip_grad_norm_(model.parameters(), "
-               "max_norm)` between `scaler.unscale_(optimizer)` and `scaler.step(optimizer)`", RECIPES),
+    (_no_clip, "the gradients' norm was not clipped: call `torch.nn.utils.clip_grad_norm_(model.parameters(), "
+               "max_norm)` between `scaler.unscale_(optimizer)` and `scaler.step(optimizer)` (`clip_grad_value_` "
+               "clips each element to ±max_norm instead, and here changes nothing)", RECIPES),
     (_not_scaled, "the backward pass started from the unscaled loss, so `unscale_` divided true gradients by the "
                   "scale: call `scaler.scale(loss).backward()`", SCALER),
     (_optimizer_step, "`optimizer.step()` used the scaled gradients, `scale` times too large: step with "
@@ -304,7 +306,11 @@ def first_overflow_check(fn):
         hint("no overflow found, but layer \"2\" overflows in float16: run the model inside "
              "`torch.amp.autocast(x.device.type, dtype=torch.float16)` (in float32 and bfloat16 the values, about "
              "1e5, fit easily)", AUTOCAST)
-    if found in ("", "4", "3"):
+    if found == "4":
+        hint("you returned \"4\", the first module whose output holds NaN, but \"2\" overflowed before it: an "
+             "overflow gives ±inf, and NaN comes only later (inf − inf in the next matrix product). Test with "
+             "`torch.isfinite`, which catches both, not `torch.isnan`")
+    if found in ("", "3"):
         hint(f"you returned {found!r}, a module that only passes on the overflow of an earlier one: return the "
              "first module, in the order the hooks fire, whose output is not finite")
     expect(found == "2", f"the first module with a non-finite output is \"2\" (its output reaches 128000), "
