@@ -105,7 +105,7 @@ def shard_indices_check(fn):
     expect([len(s) for s in shards] == [3, 3, 3, 3], f"10 samples on 4 ranks: every rank gets ceil(10 / 4) = 3 "
            f"indices, yours got {[len(s) for s in shards]}")
     expect(shards == expected, f"10 samples on 4 ranks, no shuffle: expected {expected}, got {shards}; the "
-           "padding repeats the first indices of the order (0, 1), and rank r takes positions r, r + 4, ...")
+           "padding repeats the first indices of the order (0, 1), and rank r takes positions r, r + 4 and r + 8")
 
     dropped = [_as_indices(returns(fn, 10, r, 4, drop_last=True)) for r in range(4)]
     expected = [_reference(10, r, 4, drop_last=True) for r in range(4)]
@@ -168,6 +168,8 @@ def merge_bn_stats_check(fn):
     expect(mean.dtype == var.dtype == means.dtype, f"return the inputs' dtype {means.dtype} (got {mean.dtype}, "
            f"{var.dtype}): running_mean and running_var are {means.dtype} buffers")
     ref_var, ref_mean = torch.var_mean(torch.cat(xs).double(), dim=0, correction=0)
+    if torch.allclose(mean.double(), ref_var, atol=1e-5) and torch.allclose(var.double(), ref_mean, atol=1e-5):
+        hint("the pair is in the wrong order: return (mean, var), although `torch.var_mean` returns (var, mean)")
     if torch.allclose(mean.double(), means.double().mean(0), atol=1e-5):
         hint("the mean of the ranks' means weights a rank with 2 samples like one with 12: weight each rank's "
              "mean by its count")
