@@ -1139,7 +1139,9 @@ ex = Checker("04")
 #
 # Predict, on paper first: the shape of `net[0](x)`, the shape of `net[:6](x)` (what `Flatten` returns), and the
 # number of parameters, `sum(p.numel() for p in net.parameters())`. Write them as a list `[tuple, tuple, int]`,
-# then check. (Building the model afterwards to see why is allowed.)
+# then check. (Building the model afterwards to see why is allowed.) One fact the lesson only used: a
+# `BatchNorm2d(C)` learns a scale $\gamma$ and a shift $\beta$ per channel (section 12), while its running mean and
+# variance (section 13) are **buffers (缓冲区)**: saved in `state_dict()`, but not returned by `parameters()`.
 
 # %%
 # ✏️ Exercise 1: replace ... with [shape of net[0](x), shape of net[:6](x), number of parameters]
@@ -1152,10 +1154,10 @@ ex.check(1, answer_1)
 # ### Exercise 2 · Evaluate a classifier
 #
 # Write `evaluate_classifier(model, loader)` for a model that returns logits and a `DataLoader` of `(xb, yb)`
-# batches. Return two Python floats, over all the batches: the mean cross-entropy per **sample**
-# (`F.cross_entropy`) and the accuracy, a fraction between 0 and 1. The check hands you a model with `BatchNorm1d`
-# and `Dropout` that arrives in training mode, as after a training epoch, and a loader whose last batch is
-# smaller than the others. The notes warn that `model.eval()` is not `torch.no_grad()`; section 13 says what each
+# batches. Return two Python floats, over all the batches: the mean cross-entropy per **sample** (plain
+# `F.cross_entropy`, not section 13's label-smoothed `loss_fn`) and the accuracy, a fraction between 0 and 1. The
+# check hands you a model with `BatchNorm1d` and `Dropout` that arrives in training mode, as after a training
+# epoch, and a loader whose last batch is smaller than the others. The notes warn that `model.eval()` is not `torch.no_grad()`; section 13 says what each
 # one does, and evaluation needs both.
 
 # %%

@@ -18,14 +18,14 @@ def shapes_and_strides(answer):
     a, b, c = (tuple(v) if isinstance(v, (list, tuple)) else v for v in answer)
     expect(all(isinstance(v, tuple) for v in (a, b, c)), "write each answer as a tuple of ints, e.g. (2, 4)")
     if a == (2, 1, 4) and b == (2, 4):
-        hint("a and b are swapped: `keepdim=True` keeps the reduced dimension with size 1, without it the "
+        hint("the shapes of a and b are swapped: `keepdim=True` keeps the reduced dimension with size 1, without it the "
              "dimension is removed", SHAPES)
-    expect(a == (2, 4), "a: `sum(dim=1)` removes dimension 1 of (2, 3, 4)", SHAPES)
-    expect(b == (2, 1, 4), "b: `keepdim=True` keeps dimension 1, with size 1", SHAPES)
+    expect(a == (2, 4), "shape of a: `sum(dim=1)` removes dimension 1 of (2, 3, 4)", SHAPES)
+    expect(b == (2, 1, 4), "shape of b: `keepdim=True` keeps dimension 1, with size 1", SHAPES)
     if c == (4, 12, 1) or c == (3, 4, 12):
-        hint("c: a transpose does not move data, it swaps two entries of the strides: start from (12, 4, 1) "
+        hint("strides of c: a transpose does not move data, it swaps two entries of the strides: start from (12, 4, 1) "
              "and swap the entries of dimensions 0 and 2", LAYOUT)
-    expect(c == (1, 4, 12), "c: the strides of the contiguous (2, 3, 4) tensor are (12, 4, 1); a transpose swaps "
+    expect(c == (1, 4, 12), "strides of c: the strides of the contiguous (2, 3, 4) tensor are (12, 4, 1); a transpose swaps "
            "two of them", LAYOUT)
 
 
@@ -41,6 +41,9 @@ def channels_last_flat(fn):
     if torch.equal(out, images.reshape(2, 20, 3)):
         hint("the shape is right but the numbers are in the wrong places: `reshape` reads the tensor in its "
              "current order (C, H, W) and never moves a dimension. Move C last with `permute` first")
+    if torch.equal(out, images.permute(0, 3, 2, 1).reshape(2, 20, 3)):
+        hint("H and W are swapped: your pixel (h, w) lands at out[n, w * H + h, c]. `transpose(1, 3)` (or "
+             "`permute(0, 3, 2, 1)`) gives (N, W, H, C); `permute(0, 2, 3, 1)` moves C last and keeps H before W")
     expect(out.dtype == images.dtype, f"keep the dtype: got {out.dtype}, expected {images.dtype}", TYPES)
     expect(torch.equal(out, expected), "some values are in the wrong places: pixel (h, w) of channel c should "
            "land at out[n, h * W + w, c]")
@@ -56,24 +59,28 @@ def nearest(fn):
     result = returns(fn, a, b)
     expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (squared distances, indices)")
     d, idx = result
+    if isinstance(idx, tuple) and hasattr(idx, "indices"):
+        hint("your idx is the pair (values, indices) that `min(dim=1)` returns: take its `.indices`, or use "
+             "`argmin(dim=1)`")
     expect(isinstance(d, torch.Tensor) and isinstance(idx, torch.Tensor), "return two tensors")
     if tuple(d.shape) == (7, 5):
-        hint("d has shape (7, 5): rows should be the points of `a`, so put the new axis of `a` at dim 1 and "
+        hint("your d has shape (7, 5): rows should be the points of `a`, so put the new axis of `a` at dim 1 and "
              "that of `b` at dim 0")
     if tuple(d.shape) == (5, 7, 3):
-        hint("d still has the coordinate dimension: sum the squared differences over the last dimension")
-    expect(tuple(d.shape) == (5, 7), f"d should have shape (5, 7) (one row per point of a), not {tuple(d.shape)}")
+        hint("your d still has the coordinate dimension: sum the squared differences over the last dimension")
+    expect(tuple(d.shape) == (5, 7), f"the squared distances d should have shape (5, 7) (one row per point of a), not {tuple(d.shape)}")
+    expect(d.dtype == a.dtype, f"keep the dtype of a and b ({a.dtype}) for d, not {d.dtype}", TYPES)
     expected = torch.cdist(a, b) ** 2
     if torch.allclose(d, expected.sqrt(), atol=1e-4):
         hint("these are distances, not squared distances: do not take the square root")
-    expect(torch.allclose(d, expected, atol=1e-4), "d[i, j] should be ((a[i] - b[j]) ** 2).sum()")
+    expect(torch.allclose(d, expected, atol=1e-4), "the values of d are wrong: d[i, j] should be ((a[i] - b[j]) ** 2).sum()")
     expect(idx.dtype == torch.int64, f"indices should be int64 (what argmin returns), not {idx.dtype}",
            TYPES)
     if tuple(idx.shape) == (7,):
-        hint("idx has one entry per point of b: take the argmin along dim=1, over the points of b")
-    expect(tuple(idx.shape) == (5,), f"idx should have shape (5,), one index per point of a, not {tuple(idx.shape)}",
+        hint("your idx has one entry per point of b: take the argmin along dim=1, over the points of b")
+    expect(tuple(idx.shape) == (5,), f"the indices idx should have shape (5,), one index per point of a, not {tuple(idx.shape)}",
            SHAPES)
-    expect(torch.equal(idx, expected.argmin(dim=1)), "idx[i] should be the index of the point of b nearest to a[i]")
+    expect(torch.equal(idx, expected.argmin(dim=1)), "the indices are wrong: idx[i] should be the index of the point of b nearest to a[i]")
     big_a, big_b = torch.randn(300, 8, generator=g), torch.randn(400, 8, generator=g)
     d_big, _ = returns(fn, big_a, big_b)
     expect(torch.allclose(d_big, torch.cdist(big_a, big_b) ** 2, atol=1e-3), "right on small inputs but not on "

@@ -26,6 +26,8 @@ def _numbers(value, name):
 
 @EXERCISES.exercise(1, "Predict a vector–Jacobian product, then an accumulation (predict)", VJP)
 def predict_vjp(answer):
+    if isinstance(answer, torch.Tensor):  # a (2, 3) tensor is as good as two lists
+        answer = answer.tolist()
     expect(isinstance(answer, (list, tuple)) and len(answer) == 2,
            "give a list of two lists: [x.grad after the first backward, x.grad after the second]")
     first, second = _numbers(answer[0], "first"), _numbers(answer[1], "second")
@@ -60,7 +62,14 @@ def softplus_function(cls):
     expect(isinstance(cls, type) and issubclass(cls, torch.autograd.Function),
            "pass the class itself (`Softplus`), a subclass of torch.autograd.Function")
     x = torch.tensor([-100.0, -20.0, -3.0, -0.5, 0.0, 0.5, 3.0, 20.0, 100.0], requires_grad=True)
-    y = cls.apply(x)
+    try:
+        y = cls.apply(x)
+    except (RuntimeError, TypeError) as err:
+        if any(m in str(err) for m in ("Boolean value of Tensor", "concatenate tuple", "maximum(): argument")):
+            hint("element by element, max(x, 0) is `x.clamp(min=0)` (or `torch.relu(x)`, or `torch.maximum(x, "
+                 "torch.zeros_like(x))`): Python's `max` compares whole tensors, `torch.max(x, 0)` is a reduction "
+                 "over dim 0 that returns (values, indices), and `torch.maximum` wants two tensors")
+        raise
     expect(isinstance(y, torch.Tensor), f"forward should return a tensor, not a {type(y).__name__}")
     expect(tuple(y.shape) == tuple(x.shape), f"forward should keep the shape {tuple(x.shape)}, not {tuple(y.shape)}")
     expect(y.dtype == x.dtype, f"forward should keep the dtype {x.dtype}, not {y.dtype}")
@@ -75,8 +84,9 @@ def softplus_function(cls):
     expect(gx is not None and tuple(gx.shape) == tuple(x.shape), "backward should return one gradient shaped "
            "like the input")
     if not torch.isfinite(gx).all():
-        hint("backward gives inf or nan for large inputs: exp(x) / (1 + exp(x)) is inf / inf at x = 100. "
-             "torch.sigmoid(x) is the same function, computed without overflow")
+        hint("backward gives inf or nan for large inputs: exp(100) overflows float32 to inf, so exp(x) / (1 + "
+             "exp(x)) is inf / inf = nan at x = 100. The derivative is sigmoid(x), at most 1: torch.sigmoid(x) "
+             "computes it as 1 / (1 + exp(-x)), where an overflow of exp only gives 1 / inf = 0")
     sig = torch.sigmoid(x.detach())
     if torch.allclose(gx, sig, atol=1e-6):
         hint("backward returns the derivative sigmoid(x) alone: multiply it by grad_output (the chain rule: "
@@ -135,6 +145,10 @@ def linear_backward(fn):
                  "only. Flatten the leading dimensions first, or sum over every one", BROADCASTING)
         expect(tuple(gw.shape) == (n_out, n_in), f"{shape}, grad_weight should have weight's shape "
                f"{(n_out, n_in)}, not {tuple(gw.shape)}")
+        if tuple(gb.shape) == tuple(lead) and lead[-1] != n_out:
+            hint(f"{shape}, grad_bias has shape {tuple(gb.shape)}, the leading dimensions: you summed grad_out over "
+                 "its last dimension, the outputs. The bias has one entry per output: sum over every *other* "
+                 "dimension", BROADCASTING)
         if tuple(gb.shape) != (n_out,) and gb.numel() > n_out:
             hint(f"{shape}, grad_bias has shape {tuple(gb.shape)}: the bias was broadcast over every leading "
                  f"dimension {lead}, so its gradient sums grad_out over all of them, e.g. "

@@ -20,6 +20,8 @@ NAMES = ("w", "c", "d", "y", "z", "u", "n")
 
 
 def _names(value, what):
+    if isinstance(value, dict) and not value:
+        hint(f"{what}: `{{}}` is an empty dict; an empty set is written `set()`")
     expect(isinstance(value, (set, frozenset, list, tuple)) and all(isinstance(v, str) for v in value),
            f"{what}: write a set of names, e.g. {{'w', 'c'}}")
     names = set(value)
@@ -71,7 +73,13 @@ def scale_grad(fn):
     expect(y.requires_grad, "the result does not require grad: it was cut from the graph (detach, no_grad?), so "
            "no gradient can flow back to t", DETACH)
     loss = (y**2).sum() + (3 * x).sum()  # x is used twice: through the scaled tensor, and directly
-    (gx,) = torch.autograd.grad(loss, x)
+    try:
+        (gx,) = torch.autograd.grad(loss, x)
+    except TypeError as err:
+        if "hook returned" in str(err):
+            hint("your hook returned something that is not a tensor: a hook returns the new gradient, a tensor "
+                 "shaped like its argument (`grad * alpha`), or None to keep the gradient as it was")
+        raise
     through_y, direct = 2 * x.detach(), torch.full((3,), 3.0)
     if torch.allclose(gx, direct):
         hint("no gradient reached t through your result: the graph was cut (a new leaf made with "
@@ -79,6 +87,9 @@ def scale_grad(fn):
     if torch.allclose(gx, -0.5 * (through_y + direct)):
         hint("the hook is on t itself, so it scales the gradient of *every* use of t, also the ones that do not "
              "go through your result. Hang it on a new tensor made from t (`t.clone()` or `t.view_as(t)`)")
+    if torch.allclose(gx, through_y + direct) and y is x:
+        hint("the gradient was not scaled: you returned t itself, so the caller's gradient never passes through the "
+             "tensor that carries your hook. Return the new tensor you hung the hook on")
     if torch.allclose(gx, through_y + direct):
         hint("the gradient was not scaled: a hook changes the gradient only through its return value (returning "
              "None keeps it as it was). Return `grad * alpha`")
@@ -152,6 +163,9 @@ def per_sample_grads(fn):
             hint(f"shape {shape}: you paired the input with a gradient of the input's size. grad_input (the "
                  "backward hook's 2nd argument) is the gradient of the layer's input; the weight gradient needs "
                  "grad_output (its 3rd)")
+        if shape == (n, n_out, x.shape[1]) and x.shape[1] != n_in:
+            hint(f"shape {shape}: you paired grad_output with the model's input x ({x.shape[1]} features), but this "
+                 f"layer's input has {n_in}: keep `args[0]` in a forward hook on the layer itself")
         if shape == (n, n_out, n_out):
             hint(f"shape {shape}: you paired grad_output with the layer's output. A forward hook gets "
                  "(module, args, output): the input is args[0]")
