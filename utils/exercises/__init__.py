@@ -131,7 +131,7 @@ def _explain_exception(exc: BaseException) -> tuple[str, str | None]:
         said = f"your code raised {type(exc).__name__}{frame}: {_first_line(exc)[:200]}"
     for pattern, advice, section in KNOWN_ERRORS:
         if re.search(pattern, message, re.I):
-            return f"{said.rstrip('.')}. {advice[:1].upper()}{advice[1:]}", section
+            return f"{said.rstrip('.')}. {_sentence(advice)}", section
     return said, None
 
 
@@ -181,9 +181,19 @@ def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
     return CORRECT, remark or ""
 
 
+def _sentence(message: str) -> str:
+    """Upper-case the first letter when the message starts with an English word, not a name from the code."""
+    m = re.match(r"([a-z]+) ", message)
+    if m and (len(m.group(1)) > 1 or m.group(1) == "a") and m.group(1) not in _NAMES:
+        return message[:1].upper() + message[1:]
+    return message
+
+
+_NAMES = {"eps", "idx", "var", "lr", "loss", "grad", "model", "optimizer", "scaler", "mask"}
+
+
 def _with_section(message: str, section: str) -> str:
-    message = message.rstrip(".")
-    return f"{message[:1].upper()}{message[1:]}. Re-read “{section}”."
+    return f"{_sentence(message.rstrip('.'))}. Re-read “{section}”."
 
 
 def _returned_none_hint(value: Any) -> None:
