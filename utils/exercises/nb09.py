@@ -113,10 +113,12 @@ def fsdp_shard_check(fn):
                 except IndexError:
                     hint(_chunk_hint(shape[0], world_size, rank))
                 want = _padded(t, rank, world_size)
-                expect(isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(want.shape) and out.dtype == t.dtype
-                       and torch.equal(out, want), f"a {tuple(shape)} float64 parameter on {world_size} ranks, rank "
-                       f"{rank}: expected shape {tuple(want.shape)} {want.tolist()}, got "
-                       f"{tuple(out.shape) if isinstance(out, torch.Tensor) else out}")
+                where = f"a {tuple(shape)} float64 parameter on {world_size} rank{'s' * (world_size > 1)}, rank {rank}"
+                expect(isinstance(out, torch.Tensor), f"{where}: return a tensor, not a {type(out).__name__}")
+                expect(out.dtype == t.dtype, f"{where}: the shard is {out.dtype}; keep the parameter's dtype "
+                       "(`torch.zeros(...)` without dtype= makes float32: use `param.new_zeros(...)`)")
+                expect(tuple(out.shape) == tuple(want.shape) and torch.equal(out, want), f"{where}: expected shape "
+                       f"{tuple(want.shape)} {want.tolist()}, got {tuple(out.shape)} {out.tolist()}")
             gathered = torch.cat([fn(t, r, world_size) for r in range(world_size)])  # what all-gather returns
             assert torch.equal(gathered[:shape[0]], t)  # follows from the checks above: padding only at the end
     return ("all-gathering the padded shards and keeping the first rows gives the parameter back: with "
@@ -168,14 +170,21 @@ def reshard_check(fn):
                            f"0-dim tensor {v}, got {got}", STATE_DICT)
                     continue
                 if want.numel() == 0 and got.numel() == 0 and tuple(got.shape) != tuple(want.shape):
-                    hint(f"{k} on rank {r}: an empty shard keeps the other dimensions, shape {tuple(want.shape)} "
+                    hint(f"`{k}` on rank {r}: an empty shard keeps the other dimensions, shape {tuple(want.shape)} "
                          f"like `t[:0]` (what `to_local()` returns), not {tuple(got.shape)}")
+                size = -(-v.shape[0] // new)
+                if tuple(got.shape) == (size, *v.shape[1:]) != tuple(want.shape):
+                    hint(f"`{k}` on rank {r} has {size} rows: that is the padded shard FSDP2 keeps in memory (exercise "
+                         "2); the checkpoint holds the unpadded pieces, what `to_local()` returns: the last ranks get "
+                         "fewer rows or none", ZERO)
                 split = list(torch.tensor_split(v, new))[r]
                 if tuple(got.shape) == tuple(split.shape) != tuple(want.shape):
-                    size = -(-v.shape[0] // new)
-                    hint(f"{k} on {new} ranks: that is torch.tensor_split's cut; Shard(0) cuts like torch.chunk, "
+                    hint(f"`{k}` on {new} ranks: that is torch.tensor_split's cut; Shard(0) cuts like torch.chunk, "
                          f"pieces of ceil({v.shape[0]} / {new}) = {size} rows, so the last ranks get fewer or none",
                          ZERO)
+                if tuple(got.shape) == (v.shape[0] // new, *v.shape[1:]) != tuple(want.shape):
+                    hint(f"`{k}`: {v.shape[0]} // {new} = {v.shape[0] // new} rows per rank rounds down and loses "
+                         f"rows; torch.chunk's pieces have ceil({v.shape[0]} / {new}) = {size} rows", ZERO)
                 expect(tuple(got.shape) == tuple(want.shape) and torch.equal(got, want),
                        f"{old} → {new} ranks, {k} on rank {r}: expected shape {tuple(want.shape)} (rows "
                        f"{r * -(-v.shape[0] // new)}.. of the full tensor, cut like torch.chunk), got "

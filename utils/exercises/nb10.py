@@ -53,6 +53,9 @@ def counts(answer):
     if n_keys == 11:
         hint("3: `mask` was registered with persistent=False: it is a buffer, but `state_dict()` leaves it out",
              S_STATE)
+    if n_keys == 9:
+        hint("3: one persistent buffer is missing: BatchNorm's counter `num_batches_tracked` is in `state_dict()` "
+             "too (notebook 06, §1)", S_STATE)
     if n_keys == 7:
         hint("3: `state_dict()` holds the persistent buffers too (BatchNorm's running statistics and counter), "
              "not only the parameter tensors", S_STATE)
@@ -100,7 +103,13 @@ def my_layer_norm(cls):
     expect(torch.equal(params["weight"].detach(), torch.ones(6)) and torch.equal(params["bias"].detach(),
            torch.zeros(6)), "start like nn.LayerNorm: weight all ones, bias all zeros")
     constant = torch.full((2, 6), 3.0)
-    out = returns(module, constant)
+    try:
+        out = returns(module, constant)
+    except RuntimeError as err:
+        if "must match the size of tensor" in str(err):
+            hint("a (2, 6) input failed to broadcast: `x.mean(-1)` and `x.var(-1)` drop the last dimension, shape "
+                 "(2,); pass keepdim=True so that they keep shape (2, 1) and broadcast against x")
+        raise
     expect(isinstance(out, torch.Tensor), f"forward should return a tensor, not a {type(out).__name__}")
     expect(out.shape == constant.shape, f"the output should have the input's shape {tuple(constant.shape)}, "
            f"not {tuple(out.shape)}")
@@ -223,9 +232,13 @@ def _check_rates(lrs, lr, warmup, total, steps_per_epoch, warned):
     if all(math.isclose(a, lr * b, rel_tol=1e-6, abs_tol=1e-12) for a, b in zip(lrs, expected)):
         hint("the rates are lr times too small: LambdaLR multiplies the base rate by what the lambda returns, "
              "so the lambda returns a factor, not a rate", S_LAMBDA)
+    if warmup > 1 and all(math.isclose(a, lr * (s / warmup), rel_tol=1e-6, abs_tol=1e-12)
+                          for s, a in enumerate(lrs[:warmup])):
+        hint(f"the warm-up starts at 0: with f(s) = s / w the first step runs at lr = 0 and learns nothing; the "
+             f"formula's factor is (s + 1) / w, so the rate reaches lr at step w − 1 = {warmup - 1}", S_WARMUP)
     for step, (got, want) in enumerate(zip(lrs, expected)):
         if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
-            hint(f"lrs[{step}] is {got:.6g}, expected {want:.6g} (warm-up {warmup} steps, {total} steps in all): "
+            hint(f"`lrs[{step}]` is {got:.6g}, expected {want:.6g} (warm-up {warmup} steps, {total} steps in all): "
                  "check the factor f(s) against the formula", S_WARMUP)
 
 

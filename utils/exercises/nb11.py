@@ -45,7 +45,7 @@ def inplace_predict(answer):
     if wrong:
         more = f" ({len(wrong)} letters are misjudged in all)" if len(wrong) > 1 else ""
         hint(f"{WHY[wrong[0]]}{more}. The rule: a tensor may be overwritten only if no backward formula saved it, "
-             "and autograd's version counter catches every violation")
+             "and autograd's version counter catches the overwrite when backward() reads the saved tensor")
 
 
 @contextlib.contextmanager
@@ -75,6 +75,20 @@ def _plain(blocks, x):
 def _grads(loss, params, x):
     inputs = list(params) + ([x] if x.requires_grad else [])
     return torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
+def _same_grads_without_dropout(fn, blocks, x):
+    """Whether the learner's function gives the plain run's gradients once Dropout draws nothing (eval mode)."""
+    blocks.eval()
+    try:
+        params = list(blocks.parameters())
+        expected = _grads(_plain(blocks, x).square().sum(), params, x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _grads(fn(blocks, x).square().sum(), params, x)
+        return all(a is not None and torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(got, expected))
+    finally:
+        blocks.train()
 
 
 @EXERCISES.exercise(2, "Checkpoint every block (write a function)", S_REENTRANT)
@@ -128,6 +142,11 @@ def checkpointed(fn):
         if x_needs_grad and grads[-1] is None:
             hint("x gets no gradient: do not detach the input, its gradient is part of the result")
         if not all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads, expected_grads)):
+            if not _same_grads_without_dropout(fn, blocks, x):
+                hint("the gradients differ from the plain run even with Dropout off: backward recomputes something "
+                     "else than the forward ran. A `lambda t: block(t)` written in the loop looks `block` up when "
+                     "backward calls it, and by then it is the last block; pass the block itself, "
+                     "`checkpoint(block, x, use_reentrant=False)`")
             hint("the gradients differ from the plain run: the recomputation drew new Dropout masks; keep "
                  "preserve_rng_state=True (the default), which replays the random generator")
         if saved["bytes"] >= plain_saved["bytes"]:
@@ -214,12 +233,17 @@ def fuse(fn):
                 fused = returns(fn, conv, bn)
         except _UsedLibrary:
             hint("that is the library's fuse_conv_bn_eval: write the folding yourself (and compare with it after)")
-        except TypeError as err:
+        except (TypeError, AttributeError) as err:
             if conv.bias is None and "NoneType" in str(err):
-                hint("this convolution has no bias (bias=False, usual before BatchNorm): treat the missing bias as "
-                     "zeros")
+                hint("this convolution has no bias (bias=False, usual before BatchNorm), so `conv.bias` is None: "
+                     "treat the missing bias as zeros, and give the fused convolution a bias of its own "
+                     "(`nn.Parameter`)")
             raise
         except RuntimeError as err:
+            if "must match the size of tensor" in str(err) and conv.groups > 1 and "dimension 1" in str(err):
+                hint(f"the weights do not fit: this convolution has groups={conv.groups}, so its weight has shape "
+                     f"{tuple(conv.weight.shape)}, (out, in/groups, kh, kw); a new nn.Conv2d needs the same groups "
+                     "(and dilation, stride, padding), or start from a copy of `conv`")
             if "must match the size of tensor" in str(err):
                 hint("the per-channel scale does not broadcast against the weight: the weight has shape (out, "
                      "in/groups, kh, kw), so view the scale of the out channels as (-1, 1, 1, 1)")

@@ -67,7 +67,12 @@ def _seeded_loader(fn):
              "every other random draw of the program (initialisation, Dropout) too; give the loader a generator "
              "of its own instead")
     state = torch.get_rng_state()
-    batches = list(loader)
+    try:
+        batches = list(loader)
+    except Exception as err:  # a loader built wrongly fails only when iterated, here in the check
+        message = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        hint(f"iterating over your DataLoader raised {type(err).__name__}: {message} (a `sampler=` yields one index at "
+             "a time; a `BatchSampler` goes in `batch_sampler=`)")
     one, two = _epoch(batches), _epoch(loader)
     iteration_draws = not torch.equal(state, torch.get_rng_state())
     expect(len(batches[0]) == 4, f"the batches should hold batch_size = 4 samples, not {len(batches[0])}")
@@ -150,7 +155,7 @@ def snapshot_restore(rng_snapshot, rng_restore):
             advice = ("NumPy's state holds a NumPy array: store it as a tensor or a list of ints (with plain Python "
                       "numbers), and convert back when restoring" if "numpy" in refused else
                       "store plain data: tensors, numbers, strings, lists, tuples and dicts")
-            hint(f"torch.load(weights_only=True) refuses your snapshot: {refused} is not on its allow-list. "
+            hint(f"`torch.load(weights_only=True)` refuses your snapshot: {refused} is not on its allow-list. "
                  f"{advice}", S_WEIGHTS_ONLY)
         for attempt in range(2):  # restoring twice from one snapshot gives the same draws twice
             _seed_all(99 + attempt)
