@@ -205,6 +205,10 @@ class Checker:
     """The exercises of one notebook, as seen from the notebook's cells."""
 
     def __init__(self, notebook: str, quiet: bool = False):
+        # The first optimizer step or checkpoint of a process imports torch._dynamo (about 2 s): pay that once
+        # here, in the exercise section's first cell, so that no check takes longer than a second or two.
+        import torch._dynamo  # noqa: F401
+
         self.notebook = notebook
         self.registry: Registry = importlib.import_module(f"utils.exercises.nb{notebook}").EXERCISES
         if not quiet:

@@ -3,8 +3,7 @@
 import copy
 
 import torch
-import torch._dynamo  # noqa: F401  the first optimizer.step() of a process imports it (about 2 s): pay that here,
-import torch.nn as nn  # when the exercise section's first cell runs, not in exercise 3's check
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 

@@ -5,7 +5,6 @@ import pickle
 import tempfile
 
 import torch
-import torch._dynamo  # noqa: F401  (the first optimizer of a process imports it, ~2 s: pay that in the setup cell)
 import torch.nn.functional as F
 from torch import nn
 

@@ -3,7 +3,6 @@
 from collections import OrderedDict
 
 import torch
-import torch._dynamo  # noqa: F401  (the first optimizer of a process imports it, ~2 s: pay that in the setup cell)
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as module_mod
