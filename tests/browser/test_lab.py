@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from utils.exercises import WRONG as NOT_YET, Checker, judge
 from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 CHROMIUM = os.environ.get("TORCH_COURSE_CHROMIUM", "/usr/bin/chromium")
@@ -31,6 +32,15 @@ WRONG = "answer_1 = [(2, 1, 4), (2, 4), (1, 4, 12)]"  # a and b swapped: keepdim
 RIGHT = "answer_1 = [(2, 4), (2, 1, 4), (1, 4, 12)]"
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install -r requirements-browser.txt")
+
+
+def _hint_for(source: str) -> str:
+    """What the check says about this stub (the same checker, run here): the page must show it."""
+    namespace: dict = {}
+    exec(source, namespace)
+    status, message = judge(Checker("01", quiet=True).registry, 1, namespace["answer_1"])
+    assert status == NOT_YET and "swapped" in message, message
+    return message
 
 
 def _free_port() -> int:
@@ -136,7 +146,7 @@ def test_a_learner_gets_a_hint_then_a_success(lab):
             _type_into(page, stub, "# ✏️ Exercise 1: my answer\n" + WRONG)
             _run(page, stub)
             text = _run(page, check)
-            assert "✗ not yet" in text and "A and b are swapped" in text and "Re-read" in text, text
+            assert "✗ not yet" in text and _hint_for(WRONG) in text and "Re-read" in text, text
             assert "Traceback" not in text
             check.scroll_into_view_if_needed()
             page.screenshot(path=str(OUT / "exercise-hint.png"))
