@@ -23,7 +23,7 @@
 # processes on the CPU.
 #
 # **Study time:** about 95 min (20 of them for the exercises).
-# **Run time:** 65 s on the 2-core course machine (measured by `make execute`).
+# **Run time:** 60 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
@@ -259,7 +259,8 @@ if device.type == "cpu":
 # (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-id=JOB` is the elastic alternative, which assigns node
 # ranks itself.) The backend is **gloo** on CPUs and **NCCL** on NVIDIA GPUs.
 #
-# The repository's smallest program, `utils/ddp/hello.py`, reports its variables and runs three collectives:
+# The smallest program, written by the next cell into `runs/hello.py`, reports its variables and runs three
+# collectives:
 # `all_reduce` (全规约: every rank ends with the sum), `all_gather` (every rank ends with everybody's value) and
 # `broadcast` (广播: rank 0's value is copied to everyone). It joins and leaves the process group through
 # `utils.ddp.common.distributed()`, a context manager that calls `destroy_process_group()` however the block
@@ -267,7 +268,53 @@ if device.type == "cpu":
 # (127.0.0.1), with `--device cpu`, because two "machines" on one computer would both take `cuda:0` and `cuda:1`.
 
 # %%
-hello = run_torchrun_nodes("utils.ddp.hello", nnodes=2, nproc_per_node=2, args=["--device", "cpu", "--out", WORK / "hello"])
+# %%writefile runs/hello.py
+"""The smallest distributed program: who am I, and three collectives (notebook 08 writes this file).
+
+    torchrun --standalone --nproc_per_node=2 runs/hello.py --device cpu
+
+Each rank reports the variables torchrun set for it, the backend and device it chose, and the
+results of ``all_reduce`` (sum), ``all_gather`` and ``broadcast``. The port number is random, so
+only whether ``MASTER_PORT`` is set is printed (the value is saved with ``--out``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from utils.ddp.common import TORCHRUN_VARS, base_parser, distributed, report, save_result
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = base_parser(__doc__.splitlines()[0]).parse_args(argv)
+    env = {name: os.environ.get(name) for name in TORCHRUN_VARS}
+    shown = {k: v for k, v in env.items() if k != "MASTER_PORT"}
+    report(" ".join(f"{k}={v}" for k, v in shown.items()) + f" MASTER_PORT set: {env['MASTER_PORT'] is not None}")
+    with distributed(args.device) as info:
+        report(f"backend={info.backend} device={info.device}")
+        x = torch.tensor([float(info.rank + 1)], device=info.device)
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)  # in place, on every rank
+        gathered = [torch.zeros(1, dtype=torch.long, device=info.device) for _ in range(info.world_size)]
+        dist.all_gather(gathered, torch.tensor([info.rank], device=info.device))
+        token = torch.tensor([42 if info.rank == 0 else -1], device=info.device)
+        dist.broadcast(token, src=0)  # rank 0's value overwrites everyone's
+        report(f"all_reduce(rank+1)={x.item():g} all_gather(rank)={[int(g.item()) for g in gathered]} "
+               f"broadcast from 0={token.item()}")
+        result = {"env": env, "backend": info.backend, "device": str(info.device), "sum": x.item(),
+                  "gathered": [int(g.item()) for g in gathered], "token": int(token.item())}
+    result["destroyed"] = not dist.is_initialized()
+    report(f"process group destroyed: {result['destroyed']}")
+    save_result(args.out, result)
+
+
+if __name__ == "__main__":
+    main()
+
+# %%
+hello = run_torchrun_nodes(RUNS / "hello.py", nnodes=2, nproc_per_node=2, args=["--device", "cpu", "--out", WORK / "hello"])
 launch_seconds["hello, 2 nodes x 2 workers"] = hello.wall_s
 for line in shell(hello):
     print("$", line)

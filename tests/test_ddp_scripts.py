@@ -1,13 +1,16 @@
-"""utils.ddp: the launch plumbing (common.py) in-process, and one real torchrun launch of hello end to end."""
+"""utils.ddp: the launch plumbing (common.py) in-process, and one real torchrun launch of notebook 08's hello."""
 
 import sys
+from pathlib import Path
 
+import jupytext
 import pytest
 import torch
 import torch.distributed as dist
 
 from utils.ddp.common import choose_backend, distributed, env_int, report, save_result
 from utils.launch import TorchrunError, leftover_processes, load_rank_results, run_torchrun
+from utils.paths import NOTEBOOKS_DIR
 
 
 def test_distributed_joins_and_always_destroys(monkeypatch, tmp_path):
@@ -43,9 +46,18 @@ def test_env_helpers_without_torchrun(monkeypatch, capfd):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="leftover check reads /proc")
+def hello_script(folder: Path) -> Path:
+    """Notebook 08's smallest program (its ``%%writefile runs/hello.py`` cell), written into ``folder``."""
+    nb = jupytext.read(NOTEBOOKS_DIR / "08_data_parallel_ddp.py")
+    [cell] = [c for c in nb.cells if c.source.startswith("%%writefile runs/hello.py")]
+    path = folder / "hello.py"
+    path.write_text(cell.source.split("\n", 1)[1])
+    return path
+
+
 def test_torchrun_end_to_end(tmp_path):
-    """One real launch: sorted rank lines, result files, a destroyed group and no process left."""
-    result = run_torchrun("utils.ddp.hello", nproc=2, args=["--device", "cpu", "--out", tmp_path], timeout=180)
+    """One real launch of notebook 08's hello: sorted rank lines, result files, a destroyed group, no process left."""
+    result = run_torchrun(hello_script(tmp_path), nproc=2, args=["--device", "cpu", "--out", tmp_path], timeout=180)
     lines = result.rank_lines()
     assert [ln.split("]")[0] for ln in lines] == ["[rank 0"] * 4 + ["[rank 1"] * 4
     assert "[rank 1] all_reduce(rank+1)=3 all_gather(rank)=[0, 1] broadcast from 0=42" in lines
@@ -54,8 +66,8 @@ def test_torchrun_end_to_end(tmp_path):
     assert leftover_processes([result.launch_id]) == []
 
 
-def test_torchrun_failure_reports_worker_error():
+def test_torchrun_failure_reports_worker_error(tmp_path):
     """A worker that fails at once (bad argument): the error names the command and shows its stderr."""
     with pytest.raises(TorchrunError, match=r"(?s)exit status 1.*invalid choice: 'gpu'") as info:
-        run_torchrun("utils.ddp.hello", nproc=1, args=["--device", "gpu"], timeout=180)
+        run_torchrun(hello_script(tmp_path), nproc=1, args=["--device", "gpu"], timeout=180)
     assert leftover_processes([info.value.result.launch_id]) == []

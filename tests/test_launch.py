@@ -23,10 +23,10 @@ PY = sys.executable
 
 
 def test_standalone_command():
-    cmd = torchrun_command("utils.ddp.hello", 2, ["--out", "x"])
+    cmd = torchrun_command("package.script", 2, ["--out", "x"])
     assert cmd[:3] == [PY, "-m", "torch.distributed.run"]
-    assert cmd[3:] == ["--standalone", "--nproc_per_node=2", "-m", "utils.ddp.hello", "--out", "x"]
-    assert "--max_restarts=1" in torchrun_command("utils.ddp.hello", 2, max_restarts=1)
+    assert cmd[3:] == ["--standalone", "--nproc_per_node=2", "-m", "package.script", "--out", "x"]
+    assert "--max_restarts=1" in torchrun_command("package.script", 2, max_restarts=1)
 
 
 def test_script_path_command(tmp_path):
@@ -38,7 +38,7 @@ def test_script_path_command(tmp_path):
 
 
 def test_multinode_command_and_format():
-    cmd = torchrun_command("utils.ddp.hello", 1, nnodes=2, node_rank=1, master_port=29555)
+    cmd = torchrun_command("package.script", 1, nnodes=2, node_rank=1, master_port=29555)
     assert "--nnodes=2" in cmd and "--node_rank=1" in cmd and "--master_addr=127.0.0.1" in cmd
     text = format_command(cmd, {"A": "1"})
     assert text.startswith("A=1 torchrun --nnodes=2 --node_rank=1")
@@ -49,7 +49,7 @@ def test_multinode_command_and_format():
     ("kwargs", "error"),
     [
         ({"module": "utils/ddp/no_such_script.py"}, FileNotFoundError),
-        ({"module": "utils/ddp/hello"}, ValueError),
+        ({"module": "package/script"}, ValueError),
         ({"module": 3}, TypeError),
         ({"nproc": 0}, ValueError),
         ({"nproc": 2.0}, TypeError),
@@ -60,7 +60,7 @@ def test_multinode_command_and_format():
     ],
 )
 def test_bad_arguments_are_clear(kwargs, error):
-    kwargs = {"module": "utils.ddp.hello", **kwargs}
+    kwargs = {"module": "package.script", **kwargs}
     with pytest.raises(error):
         torchrun_command(**kwargs)
 
@@ -109,7 +109,7 @@ def test_run_commands_validates():
     with pytest.raises(ValueError):
         run_commands([[PY, "-c", "1"]], timeout=0)
     with pytest.raises(TypeError):
-        run_torchrun("utils.ddp.hello", env=["A=1"])
+        run_torchrun("package.script", env=["A=1"])
 
 
 def test_port_is_free():

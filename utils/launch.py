@@ -8,7 +8,7 @@ wraps that command so a cell can run it and show what the workers reported::
 
     from utils.launch import run_torchrun
 
-    result = run_torchrun("utils.ddp.hello", nproc=2)   # python -m torch.distributed.run --standalone ...
+    result = run_torchrun(RUNS / "hello.py", nproc=2)   # python -m torch.distributed.run --standalone ...
     result = run_torchrun(RUNS / "ddp_train.py", nproc=2, args=["--out", out])  # a file the notebook wrote
     print("\\n".join(result.rank_lines()))              # "[rank 0] ...", then "[rank 1] ..."
 
@@ -115,7 +115,7 @@ def _script_args(module: str | os.PathLike[str]) -> list[str]:
     if not isinstance(module, str):
         raise TypeError(f"module must be a dotted module name (str) or a .py path, got {type(module).__name__}")
     if not _MODULE_NAME.match(module):
-        raise ValueError(f"module must be a dotted module name such as 'utils.ddp.hello' or a .py path, got {module!r}")
+        raise ValueError(f"module must be a dotted module name such as 'package.script' or a .py path, got {module!r}")
     return ["-m", module]
 
 
@@ -380,7 +380,7 @@ def run_torchrun(
     """Run ``torchrun --standalone --nproc_per_node=nproc -m module *args`` and wait for it.
 
     Args:
-        module: the script, as a module of this repository (``"utils.ddp.hello"``) or the path of a
+        module: the script, as a module of this repository (``"package.script"``) or the path of a
             ``.py`` file (str ending in ``.py``, or a ``Path``), such as one a notebook wrote.
         nproc: worker processes (ranks) on this machine.
         args: the script's own command-line arguments.

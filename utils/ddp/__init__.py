@@ -1,12 +1,11 @@
-"""Launch plumbing for the distributed programs of notebooks 08 and 09 (and the smallest one, ``hello``).
+"""Launch plumbing for the distributed programs of notebooks 08 and 09.
 
-The DDP program, the hand-written SyncBatchNorm and the ring all-reduce are written *in* notebook 08,
+The smallest program (``hello``: three collectives), the DDP program, the hand-written SyncBatchNorm and
+the ring all-reduce are written *in* notebook 08,
 the FSDP2, checkpoint and tensor-parallel programs in notebook 09 (``%%writefile`` cells into
-``notebooks/runs/``); what lives here is what those programs share and
-what must be importable by ``-m``:
+``notebooks/runs/``); what lives here is what those programs share:
 
 * :mod:`utils.ddp.common`: joining and always destroying the process group (``distributed()``),
   ``[rank N]`` report lines, result files (``save_result``) read back with
-  ``utils.launch.load_rank_results``;
-* :mod:`utils.ddp.hello`: the smallest program, ``torchrun --standalone --nproc_per_node=2 -m utils.ddp.hello``.
+  ``utils.launch.load_rank_results``.
 """

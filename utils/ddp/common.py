@@ -53,7 +53,7 @@ def env_int(name: str, default: int | None = None) -> int:
             return default
         raise RuntimeError(
             f"environment variable {name} is not set: start this script with torchrun, e.g. "
-            "`torchrun --standalone --nproc_per_node=2 -m utils.ddp.hello`"
+            "`torchrun --standalone --nproc_per_node=2 runs/hello.py` in notebooks/ (notebook 08 writes it)"
         )
     try:
         return int(value)
