@@ -270,11 +270,16 @@ def _kill_launch(procs: Sequence[subprocess.Popen], launch_id: str) -> None:
             p.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    for pid in _processes_with_marker({launch_id}) if Path("/proc").is_dir() else []:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    # SIGKILL to every process still marked with this launch, until none is left: a signal is delivered
+    # asynchronously, so a process can still look alive for a moment after it was sent (seen under load).
+    deadline = time.monotonic() + 10
+    while Path("/proc").is_dir() and (left := _processes_with_marker({launch_id})) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
     for p in procs:
         if p.poll() is None:
             p.kill()
