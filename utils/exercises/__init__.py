@@ -227,6 +227,20 @@ class Checker:
                 f.write(json.dumps({"notebook": self.notebook, "exercise": number, "status": status}) + "\n")
 
 
+def shape_answer(value: Any, name: str, example: str = "(2, 3)") -> tuple:
+    """A predicted shape as a tuple of ints; hint when it is written otherwise."""
+    expect(isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value),
+           f"{name}: write a shape as a tuple of ints, e.g. {example}")
+    return tuple(value)
+
+
+def number_answer(value: Any, name: str) -> int | float:
+    """A predicted number (int or float, not bool); hint when it is something else."""
+    expect(isinstance(value, (int, float)) and not isinstance(value, bool),
+           f"{name} should be a number, not {type(value).__name__} {value!r}")
+    return value
+
+
 def returns(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Call the learner's function; hint if it returns None (a forgotten ``return``)."""
     value = fn(*args, **kwargs)
@@ -234,4 +248,5 @@ def returns(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return value
 
 
-__all__ = ["Checker", "Exercise", "Hint", "Registry", "attempted", "expect", "hint", "judge", "returns"]
+__all__ = ["Checker", "Exercise", "Hint", "Registry", "attempted", "expect", "hint", "judge", "number_answer",
+           "returns", "shape_answer"]

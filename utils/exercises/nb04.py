@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from utils.exercises import Registry, expect, hint, returns
+from utils.exercises import Registry, expect, hint, returns, shape_answer
 
 EXERCISES = Registry("04")
 
@@ -18,18 +18,13 @@ LOOP = "13. The training loop, written out"
 ACCUMULATE = "02 · 4. The graph is freed; gradients accumulate"
 
 
-def _shape(value, name: str) -> tuple:
-    expect(isinstance(value, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in value),
-           f"{name}: write a shape as a tuple of ints, e.g. (32, 8, 5, 5)")
-    return tuple(value)
-
 
 @EXERCISES.exercise(1, "Predict shapes and the parameter count (predict)", CONV)
 def shapes_and_parameters(answer):
     expect(isinstance(answer, (list, tuple)) and len(answer) == 3,
            "give a list of three values: [shape after net[0], shape after Flatten, number of parameters]")
     a, b, n = answer
-    a, b = _shape(a, "the first value"), _shape(b, "the second value")
+    a, b = shape_answer(a, "the first value", "(32, 8, 5, 5)"), shape_answer(b, "the second value", "(32, 8, 5, 5)")
     expect(isinstance(n, int) and not isinstance(n, bool), "the number of parameters is an int")
     # After the first convolution: (N, C, H, W) with H = W = floor((28 + 2*1 - 5) / 2) + 1 = 13.
     if len(a) == 3:

@@ -5,7 +5,7 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from utils.exercises import Registry, expect, hint, returns
+from utils.exercises import Registry, expect, hint, returns, shape_answer
 from utils.seq2seq import PAD_token
 
 EXERCISES = Registry("05")
@@ -17,11 +17,6 @@ BLEU = "10. Evaluation: BLEU and exact match"
 REDUCTIONS = "01 · 3. Dimensions and shapes"
 
 
-def _shape(value, name: str) -> tuple:
-    expect(isinstance(value, (tuple, list, torch.Size)) and all(isinstance(v, int) for v in value),
-           f"{name}: write a shape as a tuple of ints, e.g. (4, 10)")
-    return tuple(value)
-
 
 @EXERCISES.exercise(1, "The notes' `???` line (predict)", NOTES_ATTENTION)
 def notes_attention_shapes(answer):
@@ -29,7 +24,7 @@ def notes_attention_shapes(answer):
            "give a list of three values: [shape of the input of self.attn, shape of attn_weights, number of "
            "parameters of self.attn]")
     a, w, n = answer
-    a, w = _shape(a, "the first value"), _shape(w, "the second value")
+    a, w = shape_answer(a, "the first value", "(4, 10)"), shape_answer(w, "the second value", "(4, 10)")
     expect(isinstance(n, int) and not isinstance(n, bool), "the number of parameters is an int")
     # B = 4, H = 32, max_length = 13, a source of S = 7 positions.
     if a == (4, 32):

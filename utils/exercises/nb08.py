@@ -10,7 +10,7 @@ import operator
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from utils.exercises import Registry, expect, hint, returns
+from utils.exercises import Registry, expect, hint, number_answer, returns
 
 EXERCISES = Registry("08")
 
@@ -21,15 +21,10 @@ LR = "7. Bigger global batch, bigger learning rate: linear scaling with warm-up"
 FLOATS = "07 · 1. Why 16 bits, and what breaks"
 
 
-def _number(value, name: str) -> float:
-    expect(isinstance(value, (int, float)) and not isinstance(value, bool),
-           f"{name} should be a number, not {type(value).__name__} {value!r}")
-    return value
-
 
 @EXERCISES.exercise(1, "Ranks, all-reduces and the learning rate of a 2-machine job (predict)", RANKS)
 def ranks_and_allreduces(rank, world_size, local_world_size, no_sync_both, no_sync_backward, peak_lr):
-    rank, world_size, local_world_size = (_number(v, n) for v, n in
+    rank, world_size, local_world_size = (number_answer(v, n) for v, n in
                                           ((rank, "RANK"), (world_size, "WORLD_SIZE"),
                                            (local_world_size, "LOCAL_WORLD_SIZE")))
     if world_size == 2:
@@ -48,8 +43,8 @@ def ranks_and_allreduces(rank, world_size, local_world_size, no_sync_both, no_sy
              "processes: GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK")
     expect(rank == 6, f"RANK = {rank}: the global rank is GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK")
 
-    no_sync_both = _number(no_sync_both, "allreduces_no_sync")
-    no_sync_backward = _number(no_sync_backward, "allreduces_no_sync_backward")
+    no_sync_both = number_answer(no_sync_both, "allreduces_no_sync")
+    no_sync_backward = number_answer(no_sync_backward, "allreduces_no_sync_backward")
     if no_sync_both == 1:
         hint("(a): DDP all-reduces bucket by bucket, so the one synchronised backward (the last micro-batch's) "
              "makes one all-reduce per bucket", PROGRAM)
@@ -66,7 +61,7 @@ def ranks_and_allreduces(rank, world_size, local_world_size, no_sync_both, no_sy
     expect(no_sync_backward == 12, f"(b) = {no_sync_backward}: see Proof (3), where `no_sync()` around the "
            "backward only made as many all-reduces as no `no_sync()` at all", PROGRAM)
 
-    peak_lr = _number(peak_lr, "peak_lr")
+    peak_lr = number_answer(peak_lr, "peak_lr")
     if math.isclose(peak_lr, 0.1):
         hint("peak_lr: 8 processes × 32 samples is one micro-step; one optimizer step sees 4 micro-batches "
              "on each of the 8 processes", LR)

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from utils.exercises import Registry, expect, hint, returns
+from utils.exercises import Registry, expect, hint, number_answer, returns
 
 EXERCISES = Registry("09")
 
@@ -18,16 +18,11 @@ DCP = "2. Distributed checkpoints: every rank writes its shard, any world size r
 STATE_DICT = "06 · 5. A training checkpoint"
 
 
-def _number(value, name: str) -> float:
-    expect(isinstance(value, (int, float)) and not isinstance(value, bool),
-           f"{name} should be a number, not {type(value).__name__} {value!r}")
-    return value
-
 
 @EXERCISES.exercise(1, "Bytes per rank under ZeRO-1/2/3, and ZeRO-3's traffic (predict)", ZERO)
 def zero_memory(ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic):
     names = ("ddp_gb", "zero1_gb", "zero2_gb", "zero3_gb")
-    got = [_number(v, n) for v, n in zip((ddp_gb, zero1_gb, zero2_gb, zero3_gb), names)]
+    got = [number_answer(v, n) for v, n in zip((ddp_gb, zero1_gb, zero2_gb, zero3_gb), names)]
     want = [32, 18, 11, 4]  # 2e9 parameters, float32 Adam: 4 + 4 + 8 bytes each, 8 ranks
     if all(math.isclose(g, w * 1e9 / 2**30, rel_tol=1e-3) for g, w in zip(got, want)):
         hint("these are GiB (2**30 bytes); the ZeRO table (and this exercise) counts GB, 10**9 bytes")
@@ -47,7 +42,7 @@ def zero_memory(ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic):
     expect(math.isclose(got[2], 11), f"zero2_gb = {got[2]}: ZeRO-2 keeps the weights whole (4Ψ) and shards "
            "gradients and Adam's states ((4 + 8)Ψ / N)")
     expect(math.isclose(got[3], 4), f"zero3_gb = {got[3]}: ZeRO-3 shards everything, 16Ψ / N")
-    traffic = _number(zero3_traffic, "zero3_traffic")
+    traffic = number_answer(zero3_traffic, "zero3_traffic")
     if math.isclose(traffic, 2):
         hint("zero3_traffic: 2Ψ is DDP's all-reduce; ZeRO-3 all-gathers the parameters twice (for forward, and "
              "again for backward, since the forward freed them) and reduce-scatters the gradients once")
