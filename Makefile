@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 JOBS ?= 2
 NB ?=
 PYTEST_NB := -p no:cacheprovider --nbval --nbval-current-env \
-	--nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
+	--nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600 --nbval-kernel-startup-timeout 300
 
 .PHONY: help venv lab test test-portable test-lax test-gpu test-learner test-browser progress execute check clean distclean
 help:
