@@ -72,6 +72,7 @@ from utils.seq2seq import (  # noqa: E402
     build_langs,
     filter_pairs,
     make_batches,
+    read_lines,
     read_pairs,
     split_pairs,
 )
@@ -136,10 +137,13 @@ assert she_sees_black_cats(*examples[3]) == ("Elle ne les a pas vus.", "She did 
 # combination never seen in the first file — an adjective with a noun (*bleu* + *vélo*), a verb with an object
 # pronoun (*voir*: the notes' *je la vois* is never in training!), a name in a question, a city after a verb. Its
 # third column names the held-out combination, the way Tatoeba's own files carry an attribution column.
+# `read_lines` checks both files against their SHA-256 digests in `data/SHA256SUMS` before reading a line: a damaged
+# file (one flipped byte turns *chair* into *bhair* and nothing else would notice) stops with an error that names it
+# and says how to restore it.
 
 # %%
 for path in (tc.CORPUS_FILE, tc.COMPOSITIONAL_FILE):
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_lines(path)  # checks the file against data/SHA256SUMS first
     print(f"{relpath(path)}: {len(lines)} lines, {path.stat().st_size / 1e6:.2f} MB")
     for line in lines[:2]:
         print("   ", line.replace("\t", " <TAB> "))

@@ -4,8 +4,10 @@ The repository ships the four gzip files of MNIST and ``MD5SUMS.raw``, the MD5 s
 decompressed files. :func:`prepare_mnist` decompresses them once into the layout that
 ``torchvision.datasets.MNIST`` expects (``data/MNIST/raw/``, git-ignored) and checks every MD5;
 :func:`load_mnist` then returns ordinary ``torchvision.datasets.MNIST`` objects built with
-``download=False``. A missing, truncated or corrupt file raises an error that names the file and
-says how to restore it.
+``download=False``. Every shipped file is first checked against ``data/SHA256SUMS``
+(:mod:`utils.shipped`), so a missing, truncated or corrupt file raises an error that names the
+file and says how to restore it, and a wrong sum in ``MD5SUMS.raw`` is blamed on that list, not on
+an intact ``.gz``.
 
 The :class:`torch.utils.data.Dataset` classes at the bottom are the ones the notebooks use with
 ``num_workers > 0``: worker processes started with *spawn* (the default on macOS and Windows)
@@ -37,7 +39,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler, TensorDataset
 from torchvision.datasets import MNIST
 
-from utils.paths import DATA_DIR, relpath
+from utils.paths import DATA_DIR, new_file_mode, relpath
+from utils.shipped import DataFileError, check_shipped
 
 MNIST_SOURCE_DIR: Path = DATA_DIR / "mnist"
 """The shipped files: four ``*-ubyte.gz`` files and ``MD5SUMS.raw``."""
@@ -64,10 +67,6 @@ RESTORE_HINT = (
 )
 
 
-class DataFileError(RuntimeError):
-    """A shipped data file is truncated or corrupt (its message names the file and the fix)."""
-
-
 def _md5(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.md5()
     with open(path, "rb") as f:
@@ -80,11 +79,18 @@ def _read_md5_list(source_dir: Path) -> dict[str, str]:
     md5_path = source_dir / MD5_LIST
     if not md5_path.is_file():
         raise FileNotFoundError(f"{relpath(md5_path)} is missing: {RESTORE_HINT}")
+    check_shipped(md5_path)  # the shipped list is checked against data/SHA256SUMS first
+    try:
+        text = md5_path.read_text(encoding="ascii")
+    except UnicodeDecodeError as err:
+        raise DataFileError(f"{relpath(md5_path)} is corrupt (not plain ASCII): {RESTORE_HINT}") from err
     sums: dict[str, str] = {}
-    for line in md5_path.read_text().splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         m = re.fullmatch(r"([0-9a-f]{32})\s+\*?(\S+)", line.strip())
-        if m:
-            sums[m.group(2)] = m.group(1)
+        if not m:
+            raise DataFileError(f"{relpath(md5_path)} line {number} is not 'MD5  FILE' (the list is corrupt): "
+                                f"{RESTORE_HINT}")
+        sums[m.group(2)] = m.group(1)
     missing = [name for name in MNIST_FILES if name not in sums]
     if missing:
         raise DataFileError(f"{relpath(md5_path)} has no MD5 sum for {', '.join(missing)}: {RESTORE_HINT}")
@@ -94,11 +100,13 @@ def _read_md5_list(source_dir: Path) -> dict[str, str]:
 def _decompress_checked(gz_path: Path, target: Path, expected_md5: str) -> None:
     """Decompress ``gz_path`` to ``target`` atomically, checking the MD5 of what comes out."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    shipped = check_shipped(gz_path)  # True: the .gz is byte for byte the one the course ships
     # a unique temporary name + os.replace: two notebooks preparing MNIST at the same time never
     # see a half-written file
     fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
     try:
+        os.chmod(tmp, new_file_mode())  # mkstemp makes it 0600; the cache follows the umask like any file
         h = hashlib.md5()
         try:
             with gzip.open(gz_path, "rb") as src, os.fdopen(fd, "wb") as dst:
@@ -110,9 +118,12 @@ def _decompress_checked(gz_path: Path, target: Path, expected_md5: str) -> None:
                 f"{relpath(gz_path)} is truncated or corrupt ({type(err).__name__}: {err}): {RESTORE_HINT}"
             ) from err
         if h.hexdigest() != expected_md5:
+            md5_path = relpath(gz_path.parent / MD5_LIST)
+            culprit = (f"{md5_path} is corrupt (the .gz matches data/SHA256SUMS)" if shipped else
+                       f"{relpath(gz_path)} or {md5_path} is corrupt")
             raise DataFileError(
                 f"{relpath(gz_path)} decompresses to data with MD5 {h.hexdigest()}, expected {expected_md5} "
-                f"(from {MD5_LIST}): the file is corrupt; {RESTORE_HINT}"
+                f"(from {MD5_LIST}): {culprit}; {RESTORE_HINT}"
             )
         os.replace(tmp, target)
     finally:

@@ -5,7 +5,8 @@ the training step, greedy decoding and evaluation are written in notebook 05 its
 benchmark and tests run those cells (:mod:`utils.lesson_code`). What is here:
 
 * text: :func:`normalize_string` (the notes' normalisation, with French ligatures fixed),
-  :func:`read_pairs` (Tatoeba's tab-separated ``eng-fra.txt`` or the course's generated corpus),
+  :func:`read_pairs` (Tatoeba's tab-separated ``eng-fra.txt`` or the course's generated corpus, checked
+  against ``data/SHA256SUMS``),
   :func:`filter_pairs` (the notes' length and "i am / he is ..." filters), :func:`split_pairs`
   (train / validation / test by sentence);
 * vocabulary: :class:`Lang` with padding, start, end and unknown tokens;
@@ -22,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from utils.paths import relpath
+from utils.shipped import DataFileError, check_shipped
 
 PAD_token, SOS_token, EOS_token, UNK_token = 0, 1, 2, 3
 """Special indices. The notes had SOS=0 and EOS=1 and no padding (they trained one pair at a time);
@@ -67,6 +71,28 @@ def normalize_string(s: str) -> str:
     return s.strip()
 
 
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 corpus file; a shipped file is first checked against ``data/SHA256SUMS``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        DataFileError: a shipped file is damaged, a file is not UTF-8 or holds no line (each message
+            names the file and says how to restore or fix it).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no corpus file at {path}")
+    check_shipped(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataFileError(f"{relpath(path)} is not UTF-8 text (byte {err.start} cannot be decoded): is it the right "
+                            f"file? Save it as UTF-8") from err
+    if not any(line.strip() for line in lines):
+        raise DataFileError(f"{relpath(path)} is empty: a corpus file has one English<TAB>French pair per line")
+    return lines
+
+
 def read_pairs(path: str | Path, reverse: bool = True) -> list[tuple[str, str]]:
     """Read a Tatoeba-style file (English<TAB>French[<TAB>attribution]) into normalised pairs.
 
@@ -76,18 +102,16 @@ def read_pairs(path: str | Path, reverse: bool = True) -> list[tuple[str, str]]:
 
     Raises:
         FileNotFoundError: no such file.
+        DataFileError: see :func:`read_lines`.
         ValueError: a non-empty line has fewer than two tab-separated columns.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no corpus file at {path}")
     pairs = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
         cols = line.split("\t")
         if len(cols) < 2:
-            raise ValueError(f"{path.name} line {number}: expected English<TAB>French, got {line[:60]!r}")
+            raise ValueError(f"{Path(path).name} line {number}: expected English<TAB>French, got {line[:60]!r}")
         eng, fra = normalize_string(cols[0]), normalize_string(cols[1])
         pairs.append((fra, eng) if reverse else (eng, fra))
     return pairs

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils import shipped
 from utils.paths import DATA_DIR
 
 CORPUS_FILE: Path = DATA_DIR / "eng-fra-course.txt"
@@ -1298,15 +1299,14 @@ def read_compositional(path: Path = COMPOSITIONAL_FILE) -> list[tuple[str, str, 
 
     Raises:
         FileNotFoundError: no such file.
+        DataFileError: the shipped file is damaged, or a file is not UTF-8 or empty.
         ValueError: a line lacks the third column (then it is not a compositional file).
     """
-    from utils.seq2seq import normalize_string
+    from utils.seq2seq import normalize_string, read_lines
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no compositional file at {path}")
     out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_lines(path), 1):
         cols = line.split("\t")
         if len(cols) != 3:
             raise ValueError(f"{path.name} line {number}: expected English<TAB>French<TAB>combinations")
@@ -1318,10 +1318,14 @@ def read_compositional(path: Path = COMPOSITIONAL_FILE) -> list[tuple[str, str, 
 def write_corpus(corpus_file: Path = CORPUS_FILE, compositional_file: Path = COMPOSITIONAL_FILE,
                  seed: int = SEED, n_pairs: int = N_PAIRS, n_compositional: int = N_COMPOSITIONAL
                  ) -> tuple[int, int]:
-    """Generate and write both files; return the number of pairs in each."""
+    """Generate and write both files; return the number of pairs in each.
+
+    Files written into ``data/`` get their new SHA-256 in ``data/SHA256SUMS`` (see :mod:`utils.shipped`).
+    """
     main, compositional = generate(seed, n_pairs, n_compositional)
     Path(corpus_file).write_text(to_tsv(main), encoding="utf-8")
     Path(compositional_file).write_text(to_tsv(compositional), encoding="utf-8")
+    shipped.update_manifest([p for p in (Path(corpus_file), Path(compositional_file)) if shipped.is_shipped(p)])
     return len(main), len(compositional)
 
 

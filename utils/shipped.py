@@ -1,0 +1,123 @@
+"""The data files shipped in ``data/`` and the SHA-256 manifest that proves them intact.
+
+``data/SHA256SUMS`` lists every file the course ships under ``data/`` (the MNIST ``.gz`` files and
+their ``MD5SUMS.raw`` for notebook 04, the two translation corpora for notebook 05) with its
+SHA-256, in ``sha256sum`` format, so ``cd data && sha256sum -c SHA256SUMS`` checks them by hand.
+
+:func:`check_shipped` compares a file with its manifest line. A damaged file (a flipped byte, a
+lost or added line, a truncation, an empty file) raises :class:`DataFileError` whose message names
+the file and says how to restore it, *before* a reader turns the damage into a confusing error
+later (an ``IndexError``, a bare ``AssertionError``, a ``UnicodeDecodeError`` without the file
+name) or, worse, into silently different data (``chair`` read as ``bhair``).
+
+Used by :mod:`utils.data` (MNIST, notebook 04), :mod:`utils.seq2seq` and
+:mod:`utils.translation_corpus` (the corpus, notebook 05); ``python -m utils.translation_corpus``
+rewrites the corpus lines of the manifest when it regenerates the corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from utils.paths import DATA_DIR, relpath
+
+MANIFEST: Path = DATA_DIR / "SHA256SUMS"
+"""``sha256sum`` lines for every shipped data file, paths relative to ``data/``."""
+
+RESTORE_HINT = (
+    "restore the shipped copy with `git checkout -- {path}` (or copy it from a fresh clone of the course; "
+    "data/README.md says where each file comes from)"
+)
+_LINE = re.compile(r"([0-9a-f]{64}) [ *](\S+)")
+
+
+class DataFileError(RuntimeError):
+    """A shipped data file is missing, truncated or corrupt (its message names the file and the fix)."""
+
+
+def restore_hint(path: str | os.PathLike[str]) -> str:
+    """How to get ``path`` back: the ``git checkout`` line for it."""
+    return RESTORE_HINT.format(path=relpath(path))
+
+
+def sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    """The SHA-256 of a file's bytes, as 64 hex digits."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest(manifest: Path | None = None) -> dict[str, str]:
+    """``{path relative to the manifest's folder: sha256}``; a damaged manifest raises :class:`DataFileError`."""
+    manifest = manifest or MANIFEST
+    if not manifest.is_file():
+        raise DataFileError(f"{relpath(manifest)} is missing: {restore_hint(manifest)}")
+    try:
+        text = manifest.read_text(encoding="ascii")
+    except UnicodeDecodeError as err:
+        raise DataFileError(f"{relpath(manifest)} is corrupt (not plain ASCII): {restore_hint(manifest)}") from err
+    sums: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _LINE.fullmatch(line)
+        if not m:
+            raise DataFileError(f"{relpath(manifest)} line {number} is not 'SHA256  FILE' "
+                                f"(the manifest is corrupt): {restore_hint(manifest)}")
+        sums[m.group(2)] = m.group(1)
+    return sums
+
+
+def _key(path: Path, folder: Path) -> str | None:
+    try:
+        return path.resolve().relative_to(folder.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def is_shipped(path: str | os.PathLike[str], manifest: Path | None = None) -> bool:
+    """True when ``path`` is one of the files the manifest lists (a file of your own is not)."""
+    manifest = manifest or MANIFEST
+    key = _key(Path(path), manifest.parent)
+    return key is not None and key in read_manifest(manifest)
+
+
+def check_shipped(path: str | os.PathLike[str], manifest: Path | None = None) -> bool:
+    """Check a file against its manifest line; return False when the manifest does not list it.
+
+    Raises:
+        FileNotFoundError: a listed file is missing (the message says how to restore it).
+        DataFileError: a listed file's SHA-256 differs from the manifest's: it is damaged.
+    """
+    manifest, path = manifest or MANIFEST, Path(path)
+    key = _key(path, manifest.parent)
+    if key is None:
+        return False
+    expected = read_manifest(manifest).get(key)
+    if expected is None:
+        return False
+    if not path.is_file():
+        raise FileNotFoundError(f"{relpath(path)} is missing: {restore_hint(path)}")
+    actual = sha256(path)
+    if actual != expected:
+        size = path.stat().st_size
+        raise DataFileError(
+            f"{relpath(path)} is damaged: its SHA-256 is {actual[:12]}…, {relpath(manifest)} says {expected[:12]}… "
+            f"({size:,} bytes{', empty' if size == 0 else ''}); {restore_hint(path)}"
+        )
+    return True
+
+
+def update_manifest(paths: list[Path], manifest: Path | None = None) -> None:
+    """Write the current SHA-256 of ``paths`` into the manifest (for files the course regenerates)."""
+    manifest = manifest or MANIFEST
+    sums = read_manifest(manifest) if manifest.is_file() else {}
+    for path in paths:
+        key = _key(path, manifest.parent)
+        if key is None:
+            raise ValueError(f"{path} is outside {relpath(manifest.parent)}/: the manifest lists only shipped files")
+        sums[key] = sha256(path)
+    manifest.write_text("".join(f"{digest}  {key}\n" for key, digest in sorted(sums.items())), encoding="ascii")
