@@ -225,9 +225,13 @@ class Job:
         return [self.agent, *self.workers]
 
 
-def _job_is_up(out: Path, launcher: subprocess.Popen | None = None) -> Job:
-    infos = _wait_for(lambda: len(files := sorted(out.glob("rank*.txt"))) == 2 and [json.loads(f.read_text()) for f in files],
-                      60, "both workers up")
+def _job_is_up(out: Path) -> Job:
+    """Wait until both workers of WAITING_WORKER have reported; what the job runs and listens on."""
+    def reports():
+        files = sorted(out.glob("rank*.txt"))
+        return len(files) == 2 and [json.loads(f.read_text()) for f in files]
+
+    infos = _wait_for(reports, 60, "both workers up")
     job = Job(agent=infos[0]["agent"], workers=[i["pid"] for i in infos], listening=[], out=out)
     job.listening = _listening(job.pids)
     assert {p for i in infos for p in i["ports"]} <= {port for _, port in job.listening}

@@ -283,8 +283,11 @@ def _identity(pid: int) -> str | None:
     """``"PID START"`` while process ``pid`` runs, None once it has exited (a zombie has exited).
 
     START, its start time from ``/proc``, tells it from a later process that reuses the id; without
-    ``/proc`` (macOS) the identity is the id alone.
+    ``/proc`` (macOS) the identity is the id alone. On Windows every process counts as running
+    (``os.kill(pid, 0)`` would send it CTRL_C_EVENT there).
     """
+    if os.name != "posix":
+        return str(pid)
     if not _has_proc():
         try:
             os.kill(pid, 0)
@@ -302,7 +305,8 @@ def _identity(pid: int) -> str | None:
 
 def _launches_root() -> Path:
     """The folder of this user's running launches, one subfolder per launch, named by its id."""
-    return Path(tempfile.gettempdir()) / f"torch-course-launches-{os.getuid()}"
+    user = os.getuid() if hasattr(os, "getuid") else os.getlogin()
+    return Path(tempfile.gettempdir()) / f"torch-course-launches-{user}"
 
 
 def _open_launch_folder(launch_id: str) -> Path:
@@ -705,9 +709,10 @@ def load_rank_results(out_dir: str | os.PathLike[str]) -> dict[int, dict]:
 def _exit_with_launcher(launcher_pid: int, poll_s: float = 0.2) -> None:
     """Send this process SIGTERM as soon as its parent is no longer ``launcher_pid`` (it has exited).
 
-    A watching thread rather than Linux's ``prctl(PR_SET_PDEATHSIG)``: it works on macOS too, and
-    it also fires when the launcher died before the watch began (this process's parent is then
-    already another one). torchrun answers SIGTERM by stopping its workers.
+    A watching thread rather than Linux's ``prctl(PR_SET_PDEATHSIG)``: it works on macOS too, it
+    follows the launching process rather than the thread that started this one (a launch may be
+    started from a thread), and it also fires when the launcher died before the watch began (the
+    parent is then already another process). torchrun answers SIGTERM by stopping its workers.
     """
     def watch() -> None:
         while os.getppid() == launcher_pid:
