@@ -3,12 +3,12 @@
 A notebook cannot start DDP workers from functions defined in its own cells (``mp.spawn``
 pickles them by name from ``__main__``, which a kernel does not have). What works every time is
 what a user types in a shell: ``torchrun`` running a script, either a module of the repository or
-a ``.py`` file that the notebook wrote with ``%%writefile`` (notebook 08 does both). This module
+a ``.py`` file that the notebook wrote with ``%%writefile`` (notebooks 08 and 09 do both). This module
 wraps that command so a cell can run it and show what the workers reported::
 
     from utils.launch import run_torchrun
 
-    result = run_torchrun(RUNS / "hello.py", nproc=2)   # python -m torch.distributed.run --standalone ...
+    result = run_torchrun(RUNS / "hello.py", nproc=2)   # torchrun --standalone --nproc_per_node=2 ...
     result = run_torchrun(RUNS / "ddp_train.py", nproc=2, args=["--out", out])  # a file the notebook wrote
     print("\\n".join(result.rank_lines()))              # "[rank 0] ...", then "[rank 1] ..."
 
@@ -20,24 +20,62 @@ What it takes care of:
 * stdout and stderr are captured; the caller prints only what it chooses. Worker lines that start
   with ``[rank N]`` (see :func:`utils.ddp.common.report`) are returned sorted by rank, so that
   outputs do not depend on which process printed first.
-* a non-zero exit status raises :class:`TorchrunError` whose message ends with the workers'
-  stderr (tracebacks included), and a launch that runs past ``timeout`` is stopped: the agent
-  and every worker it started are killed, found by a marker variable in their environment
-  (workers run in sessions of their own, so killing the agent's process group is not enough).
-* :func:`leftover_processes` lists processes of earlier launches that are still alive (none
-  should be), and :func:`port_is_free` tells whether a rendezvous port has been released.
+* a failure raises :class:`TorchrunError`. When workers failed, its message names the rank that
+  failed first and shows that rank's stderr (its traceback). torchrun's own summary cannot tell:
+  its "Root Cause" is the failure it noticed first to the second, the lowest rank among those it
+  noticed in the same second, so usually rank 0, which often only failed because a peer had died.
+  The first is the rank whose stderr file was last written earliest: a rank that fails because a
+  peer has gone writes its traceback after that peer has exited. When one
+  agent fails (node 0 of a multi-node job cannot open ``master_port``, say), the others are stopped
+  at once instead of waiting for ``timeout``, and a busy ``master_port`` is named in the message.
+* a launch that runs past ``timeout`` is stopped: the agent and every worker it started are
+  killed, found by a marker variable in their environment (workers run in sessions of their own,
+  so killing the agent's process group is not enough).
+
+What a launch leaves: nothing, also when its launcher dies. Each ``torchrun`` command is run as
+``python -m utils.launch ARGS``: the same ``torchrun`` (its ``main``, with the same arguments), plus
+
+* it exits when its launcher does (a kernel killed by SIGTERM or SIGKILL: JupyterLab sends both,
+  to the kernel's process group only, when it restarts a kernel that does not answer; the agent
+  runs in a session of its own): a thread in the agent watches its parent process and
+  sends the agent SIGTERM, and torchrun then stops its workers. Only an agent killed with SIGKILL
+  itself leaves its workers running; those are found by the next process that imports this module:
+  every launch has a folder in ``<temp dir>/torch-course-launches-<uid>/<launch id>`` naming its
+  launcher, :func:`leftover_processes` lists the processes of launches whose launcher has died, and
+  the next launch stops them and removes their folders.
+* torchrun's logs go to that folder, which is removed after the launch, instead of a
+  ``torchelastic_*`` folder left in the temporary directory by every launch. Each worker's stderr is
+  also written to its own file there (``--tee=2``, shown in the agent's stderr as ``[rankN]: ...``).
+* a single-machine job (``--standalone``, or a static rendezvous on a loopback ``--master_addr``)
+  listens on 127.0.0.1 only: torchrun's stores listen on every interface whatever address they are
+  given (torch offers no option), so the agent hands each store a socket already listening on
+  127.0.0.1; ``--local-addr=127.0.0.1`` makes the workers connect there, and ``GLOO_SOCKET_IFNAME``
+  (the loopback interface) keeps gloo's sockets on it too. Not covered: with ``max_restarts`` the
+  workers' store is started by rank 0 itself (see :func:`run_torchrun`), on every interface; NCCL
+  chooses its own interface.
+
+Where: the agent's watch of its launcher works on Linux and macOS. Finding processes by their
+marker reads ``/proc``, so on macOS :func:`leftover_processes` returns ``[]`` and the workers of an
+agent killed by SIGKILL are not stopped by the next launch (their folders are still removed).
+The commands shown (:func:`format_command`, :meth:`LaunchResult.shell_lines`) are the ``torchrun``
+commands a user would type.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -49,9 +87,19 @@ from utils.paths import REPO_ROOT
 MARKER_VAR = "TORCH_COURSE_LAUNCH_ID"
 """Environment variable set to a fresh id in every launch: how its processes are found again."""
 
+_AGENT_DIR_VAR = "TORCH_COURSE_AGENT_DIR"
+"""Set for each agent: the folder, inside its launch's folder, for torchrun's logs."""
+_LAUNCHER_VAR = "TORCH_COURSE_LAUNCHER_PID"
+"""Set for each agent: the process it exits with."""
+_TORCHRUN = ("-m", "torch.distributed.run")
+_AGENT = ("-m", "utils.launch")
+
 DEFAULT_TIMEOUT_S = 120.0
 _RANK_LINE = re.compile(r"^\[rank (\d+)\] ?(.*)$")
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# torch prefixes the lines of a worker's uncaught traceback with "[rankN]: " (once it has joined a
+# process group), and the agent's --tee prefixes every stderr line the same way: one is kept.
+_TWICE_PREFIXED = re.compile(r"^(\[rank\d+\]: )\1", re.MULTILINE)
 _LAUNCH_IDS: list[str] = []  # every id this process launched, for leftover_processes()
 
 
@@ -225,6 +273,69 @@ def _launch_env(env: Mapping[str, str] | None, launch_id: str) -> dict[str, str]
     return full
 
 
+# --- finding the processes and folders of launches --------------------------------------------------------
+
+def _has_proc() -> bool:
+    return Path("/proc/self/stat").is_file()
+
+
+def _identity(pid: int) -> str | None:
+    """``"PID START"`` while process ``pid`` runs, None once it has exited (a zombie has exited).
+
+    START, its start time from ``/proc``, tells it from a later process that reuses the id; without
+    ``/proc`` (macOS) the identity is the id alone. On Windows every process counts as running
+    (``os.kill(pid, 0)`` would send it CTRL_C_EVENT there).
+    """
+    if os.name != "posix":
+        return str(pid)
+    if not _has_proc():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # alive, another user's
+            pass
+        return str(pid)
+    try:
+        state, *fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if state == "Z" else f"{pid} {fields[18]}"  # field 22 of stat: starttime
+
+
+def _launches_root() -> Path:
+    """The folder of this user's running launches, one subfolder per launch, named by its id."""
+    user = os.getuid() if hasattr(os, "getuid") else os.getlogin()
+    return Path(tempfile.gettempdir()) / f"torch-course-launches-{user}"
+
+
+def _open_launch_folder(launch_id: str) -> Path:
+    """Create the launch's folder; the file ``launcher`` in it says which process launched it."""
+    root = _launches_root()
+    root.mkdir(mode=0o700, exist_ok=True)
+    folder = root / launch_id
+    folder.mkdir()
+    tmp = folder / "launcher.part"
+    tmp.write_text(_identity(os.getpid()) or str(os.getpid()))
+    tmp.rename(folder / "launcher")  # whole or absent, for a reader in another process
+    return folder
+
+
+def _orphaned_launches() -> list[Path]:
+    """Folders of launches whose launcher has exited without removing them (a killed kernel)."""
+    root = _launches_root()
+    orphans = []
+    for folder in root.iterdir() if root.is_dir() else ():
+        try:
+            launcher = (folder / "launcher").read_text()
+            pid = int(launcher.split()[0])
+        except (OSError, ValueError, IndexError):  # being created or removed right now
+            continue
+        if _identity(pid) != launcher:
+            orphans.append(folder)
+    return orphans
+
+
 def _processes_with_marker(launch_ids: set[str]) -> list[int]:
     """PIDs of live processes (not zombies) whose environment holds one of ``launch_ids``."""
     found = []
@@ -247,16 +358,43 @@ def _processes_with_marker(launch_ids: set[str]) -> list[int]:
 
 
 def leftover_processes(launch_ids: Sequence[str] | None = None) -> list[int]:
-    """PIDs of processes started by earlier launches of this Python process that are still alive.
+    """PIDs of processes of earlier launches that are still alive: an empty list means none is left.
 
-    Every launch marks its agent and workers with a unique id in their environment; an empty list
-    means every agent and worker has exited. Only works where ``/proc`` exists (Linux); elsewhere
-    it returns ``[]``.
+    Without ``launch_ids``: the launches of this Python process, and those of any launcher that has
+    died (a kernel that was killed or restarted: the next launch stops what it left). Every launch
+    marks its agent and workers with a unique id in their environment. Only works where ``/proc``
+    exists (Linux); elsewhere it returns ``[]``.
     """
-    ids = set(_LAUNCH_IDS if launch_ids is None else launch_ids)
-    if not ids or not Path("/proc").is_dir():
+    if not _has_proc():
         return []
-    return _processes_with_marker(ids)
+    if launch_ids is None:
+        ids = set(_LAUNCH_IDS) | {folder.name for folder in _orphaned_launches()}
+    else:
+        ids = set(launch_ids)
+    return _processes_with_marker(ids) if ids else []
+
+
+def _kill_marked(launch_id: str) -> None:
+    """SIGKILL every process still marked with ``launch_id``, until none is left (at most 10 s).
+
+    A signal is delivered asynchronously, so a process can still look alive for a moment after it
+    was sent (seen under load).
+    """
+    deadline = time.monotonic() + 10
+    while _has_proc() and (left := _processes_with_marker({launch_id})) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+def _stop_orphans() -> None:
+    """Stop what launches of dead launchers left running, and remove their folders."""
+    for folder in _orphaned_launches():
+        _kill_marked(folder.name)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_launch(procs: Sequence[subprocess.Popen], launch_id: str) -> None:
@@ -270,25 +408,128 @@ def _kill_launch(procs: Sequence[subprocess.Popen], launch_id: str) -> None:
             p.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    # SIGKILL to every process still marked with this launch, until none is left: a signal is delivered
-    # asynchronously, so a process can still look alive for a moment after it was sent (seen under load).
-    deadline = time.monotonic() + 10
-    while Path("/proc").is_dir() and (left := _processes_with_marker({launch_id})) and time.monotonic() < deadline:
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
+    _kill_marked(launch_id)
     for p in procs:
         if p.poll() is None:
             p.kill()
         p.wait()
 
 
+# --- what failed --------------------------------------------------------------------------------------------
+
 def _tail(text: str, n: int) -> str:
     lines = text.rstrip().splitlines()
     return "\n".join(lines[-n:]) if lines else "(empty)"
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+@dataclass(frozen=True)
+class _RankFailure:
+    rank: int
+    exitcode: int
+    stderr: Path
+    written_ns: float
+    """When its stderr file was last written (inf when there is none)."""
+
+
+def _rank_failures(agent_dir: Path) -> list[_RankFailure]:
+    """The workers that an agent reported failed (``failures.json``, written by :func:`_agent_main`)."""
+    try:
+        failures = json.loads((agent_dir / "failures.json").read_text())
+    except (OSError, ValueError):
+        return []
+    # torchrun's layout: <log dir>/<run id>_<random>/attempt_<restart>/<local rank>/stderr.log
+    attempts = sorted(agent_dir.glob("*/attempt_*"), key=lambda a: int(a.name.split("_")[1]))
+    out = []
+    for rank, (local_rank, exitcode) in failures.items():
+        stderr = attempts[-1] / str(local_rank) / "stderr.log" if attempts else agent_dir / "none"
+        try:
+            written = stderr.stat().st_mtime_ns
+        except OSError:
+            written = float("inf")
+        out.append(_RankFailure(int(rank), exitcode, stderr, written))
+    return out
+
+
+def _explain_failures(failures: list[_RankFailure]) -> str:
+    """Which rank failed first, with its stderr; the others that failed with their last stderr line."""
+    failures = sorted(failures, key=lambda f: (f.written_ns, f.rank))
+    first, rest = failures[0], failures[1:]
+    try:
+        stderr = first.stderr.read_text(errors="replace")
+    except OSError:
+        stderr = ""
+    together = [f.rank for f in rest if f.written_ns == first.written_ns]
+    if together:  # the file times cannot order them
+        head = f"ranks {', '.join(map(str, [first.rank, *together]))} failed at the same moment; rank {first.rank}"
+    else:
+        head = f"rank {first.rank} failed{' first' if rest else ''}"
+    lines = [f"{head} ({_exit_text(first.exitcode)}); its stderr (last 40 lines):", _tail(stderr, 40)]
+    for f in rest:
+        try:
+            last = _tail(f.stderr.read_text(errors="replace"), 1)
+        except OSError:
+            last = "(no stderr file)"
+        lines.append(f"then rank {f.rank} ({_exit_text(f.exitcode)}): {last}")
+    return "\n".join(lines)
+
+
+def _master_port(cmd: Sequence[str]) -> int | None:
+    for part in cmd:
+        if part.startswith(("--master_port=", "--master-port=")):
+            return int(part.split("=", 1)[1])
+    return None
+
+
+def _failure_message(
+    cmds: Sequence[Sequence[str]], stderrs: Sequence[str], agent_dirs: Sequence[Path], stdout: str, status: str
+) -> str:
+    """The message of a :class:`TorchrunError`: what ran, what failed and why, and the end of the output."""
+    what = f"{status}: {' | '.join(format_command(c) for c in cmds)}"
+    for cmd, err in zip(cmds, stderrs):
+        port = _master_port(cmd)
+        if port is not None and "EADDRINUSE" in err:
+            what += (f"\nmaster_port {port} is already in use (EADDRINUSE): another program or job listens on it; "
+                     f"pick a free port (utils.launch.free_port()) or stop what holds it (`ss -ltnp` on Linux, "
+                     f"`lsof -i :{port}` on macOS)")
+    failures = [f for d in agent_dirs for f in _rank_failures(d)]
+    if failures:
+        why = _explain_failures(failures)
+    else:
+        why = f"--- stderr (last 40 lines) ---\n{_tail(''.join(stderrs), 40)}"
+    return f"{what}\n{why}\n--- stdout (last 20 lines) ---\n{_tail(stdout, 20)}"
+
+
+# --- running ------------------------------------------------------------------------------------------------
+
+def _agent_command(cmd: tuple[str, ...]) -> tuple[str, ...]:
+    """A torchrun command as this module runs it: ``python -m utils.launch ARGS`` (see the module docstring)."""
+    if cmd[1:3] == _TORCHRUN:
+        return (cmd[0], *_AGENT, *cmd[3:])
+    return cmd
+
+
+def _wait(procs: Sequence[subprocess.Popen], deadline: float) -> bool:
+    """Wait until every process has exited or one has failed (True), or the deadline has passed (False).
+
+    After one agent fails, the others would only wait for it (node 1 for a node 0 that could not
+    open its port, up to the timeout): the caller stops them at once.
+    """
+    while True:
+        codes = [p.poll() for p in procs]
+        if None not in codes or any(codes):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def run_commands(
@@ -303,7 +544,10 @@ def run_commands(
 
     Output is captured (stdout of all commands concatenated in order, same for stderr). After
     ``timeout`` seconds every process of the launch is killed and :class:`TorchrunError` is raised.
-    With ``check=True`` a non-zero exit status raises :class:`TorchrunError` too.
+    With ``check=True`` a non-zero exit status raises :class:`TorchrunError` too; when one command
+    fails, the others are stopped at once. A ``torchrun`` command (:func:`torchrun_command`) is run
+    as ``python -m utils.launch ARGS`` (see the module docstring). First, whatever launches of dead
+    launchers left running is stopped.
     """
     if isinstance(commands, (str, bytes)) or not commands:
         raise ValueError("commands must be a non-empty list of command lines (lists of strings)")
@@ -314,62 +558,70 @@ def run_commands(
         cmds.append(tuple(c))
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    _stop_orphans()
     launch_id = uuid.uuid4().hex
     _LAUNCH_IDS.append(launch_id)
     full_env = _launch_env(env, launch_id)
+    folder = _open_launch_folder(launch_id)
+    try:
+        return _run(cmds, full_env, folder, timeout=timeout, check=check, cwd=cwd or REPO_ROOT,
+                    shown_env=tuple(sorted((str(k), str(v)) for k, v in (env or {}).items())))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(
+    cmds: Sequence[tuple[str, ...]],
+    env: dict[str, str],
+    folder: Path,
+    *,
+    timeout: float,
+    check: bool,
+    cwd: str | os.PathLike[str],
+    shown_env: tuple[tuple[str, str], ...],
+) -> LaunchResult:
+    """Run one launch whose folder exists (the body of :func:`run_commands`)."""
+    launch_id = env[MARKER_VAR]
+    agent_dirs = [folder / f"agent{i}" for i in range(len(cmds))]
     outs = [(tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")) for _ in cmds]
     procs: list[subprocess.Popen] = []
     start = time.monotonic()
-    timed_out = False
+    finished = False
     try:
-        for cmd, (out, err) in zip(cmds, outs):
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=full_env, cwd=cwd or REPO_ROOT,
+        for cmd, agent_dir, (out, err) in zip(cmds, agent_dirs, outs):
+            agent_env = {**env, _AGENT_DIR_VAR: str(agent_dir), _LAUNCHER_VAR: str(os.getpid())}
+            procs.append(subprocess.Popen(_agent_command(cmd), stdout=out, stderr=err, env=agent_env, cwd=cwd,
                                           start_new_session=True))
-        deadline = start + timeout
-        for p in procs:
-            try:
-                p.wait(max(0.01, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                break
+        finished = _wait(procs, start + timeout)
+        codes = [p.poll() for p in procs]  # before the others are stopped: who failed by itself
     finally:
-        if timed_out or any(p.poll() is None for p in procs):
+        if any(p.poll() is None for p in procs):
             _kill_launch(procs, launch_id)
     wall = time.monotonic() - start
     texts = []
     for out, err in outs:
         out.seek(0)
         err.seek(0)
-        texts.append((out.read(), err.read()))
+        texts.append((out.read(), _TWICE_PREFIXED.sub(r"\1", err.read())))
         out.close()
         err.close()
-    codes = [p.returncode for p in procs]
-    returncode = next((c for c in codes if c != 0), 0)
     result = LaunchResult(
         commands=tuple(cmds),
-        returncode=returncode,
+        returncode=next((c for c in codes if c), 0) or next((p.returncode for p in procs if p.returncode), 0),
         stdout="".join(t[0] for t in texts),
         stderr="".join(t[1] for t in texts),
         wall_s=wall,
         launch_id=launch_id,
-        timed_out=timed_out,
-        env=tuple(sorted((str(k), str(v)) for k, v in (env or {}).items())),
+        timed_out=not finished,
+        env=shown_env,
     )
-    if timed_out:
-        raise TorchrunError(
-            f"launch timed out after {timeout:g} s and was killed: {' | '.join(format_command(c) for c in cmds)}\n"
-            f"--- stdout (last 20 lines) ---\n{_tail(result.stdout, 20)}\n"
-            f"--- workers' stderr (last 40 lines) ---\n{_tail(result.stderr, 40)}",
-            result,
-        )
-    if check and returncode != 0:
-        raise TorchrunError(
-            f"launch failed with exit status {returncode}: {' | '.join(format_command(c) for c in cmds)}\n"
-            f"--- stdout (last 20 lines) ---\n{_tail(result.stdout, 20)}\n"
-            f"--- workers' stderr (last 40 lines) ---\n{_tail(result.stderr, 40)}",
-            result,
-        )
-    return result
+    if not finished:
+        status = f"launch timed out after {timeout:g} s and was killed"
+    elif check and result.returncode != 0:
+        status = f"launch failed with exit status {result.returncode}"
+    else:
+        return result
+    raise TorchrunError(_failure_message(cmds, [t[1] for t in texts], agent_dirs, result.stdout, status), result)
 
 
 def run_torchrun(
@@ -450,3 +702,104 @@ def load_rank_results(out_dir: str | os.PathLike[str]) -> dict[int, dict]:
     if not files:
         raise ValueError(f"no rank*.pt result files in {out}: did the workers run with --out {out}?")
     return {int(p.stem[4:]): torch.load(p, weights_only=True) for p in files}
+
+
+# --- the agent: torchrun as run_commands runs it ------------------------------------------------------------
+
+def _exit_with_launcher(launcher_pid: int, poll_s: float = 0.2) -> None:
+    """Send this process SIGTERM as soon as its parent is no longer ``launcher_pid`` (it has exited).
+
+    A watching thread rather than Linux's ``prctl(PR_SET_PDEATHSIG)``: it works on macOS too, it
+    follows the launching process rather than the thread that started this one (a launch may be
+    started from a thread), and it also fires when the launcher died before the watch began (the
+    parent is then already another process). torchrun answers SIGTERM by stopping its workers.
+    """
+    def watch() -> None:
+        while os.getppid() == launcher_pid:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+
+
+def _single_machine(args) -> bool:
+    """Whether parsed torchrun arguments describe a job that runs on this machine only."""
+    if args.standalone:
+        return True
+    try:
+        return args.rdzv_backend == "static" and ipaddress.ip_address(args.master_addr).is_loopback
+    except ValueError:  # a host name: another machine, or this one by name
+        return False
+
+
+def _loopback_listener(port: int) -> tuple[int, int]:
+    """A TCP socket listening on 127.0.0.1:``port`` (0: any free port): (its port, its file descriptor)."""
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore does: TIME_WAIT does not block it
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise dist.DistNetworkError(f"port {port} on 127.0.0.1 is already in use (EADDRINUSE)") from err
+        raise
+    return sock.getsockname()[1], sock.detach()
+
+
+def _listen_on_loopback_only() -> None:
+    """Make every TCPStore server that this process starts listen on 127.0.0.1 only.
+
+    ``TCPStore(host, port, is_master=True)`` listens on every interface whatever ``host`` says; the
+    only way to choose the address is to give it a socket that already listens
+    (``master_listen_fd``). torchrun's agent creates its stores through these three names.
+    """
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
+
+    params = ("host_name", "port", "world_size", "is_master", "timeout", "wait_for_workers", "multi_tenant",
+              "master_listen_fd", "use_libuv")
+
+    class LoopbackTCPStore(dist.TCPStore):
+        def __init__(self, *args, **kwargs):
+            kwargs.update(zip(params, args))
+            if kwargs.get("is_master") and kwargs.get("master_listen_fd") is None:
+                kwargs["port"], kwargs["master_listen_fd"] = _loopback_listener(kwargs["port"])
+            super().__init__(**kwargs)
+
+    dist.TCPStore = c10d_rendezvous_backend.TCPStore = static_tcp_rendezvous.TCPStore = LoopbackTCPStore
+
+
+def _loopback_interface() -> str | None:
+    names = {name for _, name in socket.if_nameindex()}
+    return next((n for n in ("lo", "lo0") if n in names), None)  # Linux, macOS
+
+
+def _agent_main(argv: list[str]) -> None:
+    """``python -m utils.launch TORCHRUN_ARGS``: torchrun's ``main`` with what a course launch adds.
+
+    Options go in front of the user's, so that an option the user gives wins.
+    """
+    _exit_with_launcher(int(os.environ[_LAUNCHER_VAR]))
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    agent_dir = Path(os.environ[_AGENT_DIR_VAR])
+    extra = [f"--log-dir={agent_dir}", "--tee=2", "--log-line-prefix-template=[rank${rank}]: "]
+    if _single_machine(torchrun.parse_args(argv)):
+        _listen_on_loopback_only()
+        extra.append("--local-addr=127.0.0.1")
+        if (lo := _loopback_interface()) is not None:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)  # the workers inherit it
+    try:
+        torchrun.main(extra + argv)
+    except ChildFailedError as err:  # for the launcher's message: which ranks failed, how
+        failures = {rank: [f.local_rank, f.exitcode] for rank, f in err.failures.items()}
+        (agent_dir / "failures.json").write_text(json.dumps(failures))
+        raise
+
+
+if __name__ == "__main__":
+    _agent_main(sys.argv[1:])
