@@ -57,7 +57,8 @@ What a launch leaves: nothing, also when its launcher dies. Each ``torchrun`` co
 Where: the agent's watch of its launcher works on Linux and macOS. Finding processes by their
 marker reads ``/proc``, so on macOS :func:`leftover_processes` returns ``[]`` and the workers of an
 agent killed by SIGKILL are not stopped by the next launch (their folders are still removed).
-The commands shown (:func:`format_command`, :meth:`LaunchResult.shell_lines`) are the ``torchrun``
+Loopback-only stores are set up on Linux only, where they are tested; elsewhere torchrun's stores
+listen on every interface, as plain ``torchrun`` does. The commands shown (:func:`format_command`, :meth:`LaunchResult.shell_lines`) are the ``torchrun``
 commands a user would type.
 """
 
@@ -789,7 +790,8 @@ def _agent_main(argv: list[str]) -> None:
     agent_dir = Path(os.environ[_AGENT_DIR_VAR])
     extra = [f"--log-dir={agent_dir}", "--tee=2", "--log-line-prefix-template=[rank${rank}]: "]
     if _single_machine(torchrun.parse_args(argv)):
-        _listen_on_loopback_only()
+        if sys.platform == "linux":  # master_listen_fd: tested on Linux only (Windows sockets are no fds)
+            _listen_on_loopback_only()
         extra.append("--local-addr=127.0.0.1")
         if (lo := _loopback_interface()) is not None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)  # the workers inherit it
