@@ -24,8 +24,9 @@ What it takes care of:
   failed first and shows that rank's stderr (its traceback). torchrun's own summary cannot tell:
   its "Root Cause" is the failure it noticed first to the second, the lowest rank among those it
   noticed in the same second, so usually rank 0, which often only failed because a peer had died.
-  The first is the rank whose stderr file was last written earliest: a rank that fails because a
-  peer has gone writes its traceback after that peer has exited. When one
+  The first is a rank that ended by itself (not by the SIGTERM with which the agent stops the
+  others) whose stderr file was last written earliest: a rank that fails because a peer has gone
+  writes its traceback after that peer has exited. When one
   agent fails (node 0 of a multi-node job cannot open ``master_port``, say), the others are stopped
   at once instead of waiting for ``timeout``, and a busy ``master_port`` is named in the message.
 * a launch that runs past ``timeout`` is stopped: the agent and every worker it started are
@@ -462,13 +463,16 @@ def _rank_failures(agent_dir: Path) -> list[_RankFailure]:
 
 def _explain_failures(failures: list[_RankFailure]) -> str:
     """Which rank failed first, with its stderr; the others that failed with their last stderr line."""
-    failures = sorted(failures, key=lambda f: (f.written_ns, f.rank))
+    # the agent stops the other workers with SIGTERM once one has failed: those are victims, whatever
+    # their stderr's time (a worker stopped before it wrote anything has an old file)
+    failures = sorted(failures, key=lambda f: (f.exitcode == -signal.SIGTERM, f.written_ns, f.rank))
     first, rest = failures[0], failures[1:]
     try:
         stderr = first.stderr.read_text(errors="replace")
     except OSError:
         stderr = ""
-    together = [f.rank for f in rest if f.written_ns == first.written_ns]
+    together = [f.rank for f in rest if (f.exitcode == -signal.SIGTERM, f.written_ns)
+                == (first.exitcode == -signal.SIGTERM, first.written_ns)]
     if together:  # the file times cannot order them
         head = f"ranks {', '.join(map(str, [first.rank, *together]))} failed at the same moment; rank {first.rank}"
     else:
