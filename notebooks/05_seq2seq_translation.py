@@ -341,8 +341,8 @@ def check_source_length(positions: int, max_length: int) -> None:
     """Location-based attention has one score per position up to max_length: refuse a longer source."""
     if positions > max_length:
         raise ValueError(f"{positions} source positions, but this location-based attention scores only "
-                         f"max_length={max_length}: the rest would get no weight. Keep sentences to {max_length} "
-                         "tokens (filter_pairs) or build the attention with a larger max_length")
+                         f"max_length={max_length}: the rest would get no weight. Keep sources within max_length "
+                         "(filter_pairs) or build the attention with a larger max_length")
 
 
 class NotesAttnDecoderRNN(nn.Module):
@@ -565,7 +565,7 @@ class Seq2Seq(nn.Module):
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy decoding: words ``[B, <=max_length]`` (PAD after <eos>) and attention weights ``[B, T, S]``."""
         if max_length < 1:
-            raise ValueError(f"max_length must be at least 1, got {max_length}: greedy decoding writes at least one word")
+            raise ValueError(f"max_length must be at least 1, got {max_length}: the number of words to write at most")
         encoder_outputs, hidden = self.encoder(src, src_lengths)
         mask = src != PAD_token
         word = torch.full((src.shape[0], 1), SOS_token, device=src.device)
@@ -709,7 +709,8 @@ def translate(model: Seq2Seq, sentences: list[str], src_lang: Lang, tgt_lang: La
             ids = [src_lang.encode(normalize_string(s), unknown) for s in sentences[i:i + batch_size]]
             too_long = [len(x) for x in ids if len(x) > MAX_LENGTH]
             if too_long:
-                raise ValueError(f"a sentence has {too_long[0]} tokens with <eos>; this model reads at most {MAX_LENGTH}")
+                raise ValueError(f"a sentence has {too_long[0]} tokens with <eos>; "
+                                 f"this model reads at most {MAX_LENGTH}")
             src = nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True, padding_value=PAD_token)
             words, weights = model.greedy(src.to(device), torch.tensor([len(x) for x in ids]))
             for row, x, w in zip(words.tolist(), ids, weights):
