@@ -860,22 +860,55 @@ assert torch.allclose(layers(batch[:1]), out_eval[:1])
 # an epoch at a time) and accumulates the loss and the number of correct predictions (weighting each batch's mean
 # loss by its size, since the last batch is smaller); it also keeps every step's loss for the curves; `evaluate`
 # does the same in eval mode without gradients.
-# (`loss.item()` copies one number to the CPU each step; on a GPU that waits for the step to finish, which costs
-# little at this size.)
+# (`loss.item()` copies one number to the CPU each step; on a GPU that waits for the forward pass to finish, which
+# costs little at this size.)
+#
+# Two checks are good practice in any loop. Both functions stop at the first batch whose loss is NaN or infinite,
+# name it, and say whether its input is to blame: in training, before `backward()` writes the NaN into every
+# gradient (BatchNorm's running averages have already seen the batch), and in evaluation because NaN logits still
+# have an `argmax`, so an accuracy would come out of them. And `train_steps` refuses an optimizer that holds
+# parameters of another model — what you get by re-running the cell that builds the model but not the one that
+# builds the optimizer: training then runs without an error while the new model's weights never change.
+# (The cell's first line, `# Shared with benchmarks/ and tests/`, lets `tests/test_mnist_loop.py` run it on its own,
+# with `utils.lesson_code`, and feed these functions bad input.)
 
 # %%
+# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+import math  # torch is imported above already: these lines let tests/test_mnist_loop.py run this cell on its own
+
+import torch
+from torch import nn
+
+loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)  # label smoothing: see the recipe above
+
+
+def check_finite(loss, xb, where):
+    """Stop at the first NaN or infinite loss, and say whether the batch's input is to blame."""
+    if not math.isfinite(loss):
+        bad = int((~torch.isfinite(xb)).sum())
+        cause = (f"its input holds {bad} NaN or infinite value(s): check the data" if bad
+                 else "its input is finite, so the model diverged: try a lower learning rate")
+        raise FloatingPointError(f"{where}: the loss is {loss}; {cause}")
+
+
 def train_steps(model, batches, optimizer, scheduler):
+    ours = {id(p) for p in model.parameters()}
+    if any(id(p) not in ours for group in optimizer.param_groups for p in group["params"]):
+        raise ValueError("the optimizer holds parameters that are not this model's, so training would never change "
+                         "it: build the optimizer again from model.parameters() (after re-running the model's cell)")
     model.train()  # BatchNorm: batch statistics; Dropout: on
     loss_sum, correct, seen, step_losses = 0.0, 0, 0, []
-    for xb, yb in batches:
+    for i, (xb, yb) in enumerate(batches):
         optimizer.zero_grad()
         logits = model(xb)
         loss = loss_fn(logits, yb)  # the mean over the batch
+        value = loss.item()
+        check_finite(value, xb, f"training step {scheduler.last_epoch + 1} (batch {i} of this call)")  # before backward
         loss.backward()
         optimizer.step()
         scheduler.step()  # one-cycle: the learning rate changes every step
-        step_losses.append(loss.item())
-        loss_sum += loss.item() * len(yb)
+        step_losses.append(value)
+        loss_sum += value * len(yb)
         correct += (logits.argmax(dim=1) == yb).sum().item()
         seen += len(yb)
     return loss_sum / seen, correct / seen, step_losses
@@ -885,23 +918,41 @@ def train_steps(model, batches, optimizer, scheduler):
 def evaluate(model, loader):
     model.eval()  # BatchNorm: running statistics; Dropout: off
     loss_sum, correct, seen = 0.0, 0, 0
-    for xb, yb in loader:
+    for i, (xb, yb) in enumerate(loader):
         logits = model(xb)
-        loss_sum += loss_fn(logits, yb).item() * len(yb)
+        loss = loss_fn(logits, yb).item()
+        check_finite(loss, xb, f"evaluation batch {i}")  # NaN logits still have an argmax: no accuracy from them
+        loss_sum += loss * len(yb)
         correct += (logits.argmax(dim=1) == yb).sum().item()
         seen += len(yb)
     return loss_sum / seen, correct / seen
 
 
+assert loss_fn.label_smoothing == 0.1
+
+# %%
 split = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(0)).to(device)
 train_idx, val_idx = split[5_000:], split[:5_000]
 print(f"training images: {len(train_idx):,} | validation images: {len(val_idx):,} | test images: {len(x_test):,}")
 assert len(torch.unique(split)) == 60_000  # a partition: no image in both parts
 
-loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
 smoothed = torch.full((10,), 0.01).index_fill(0, torch.tensor([3]), 0.91)  # the target of an image of a 3
 print(f"smoothed target sums to {smoothed.sum():.2f}; loss floor = its entropy = {-(smoothed * smoothed.log()).sum():.2f}")
 assert abs(loss_fn(smoothed.log()[None], torch.tensor([3])) + (smoothed * smoothed.log()).sum()) < 1e-6
+
+# %% [markdown]
+# One NaN pixel, in the second of two batches, with section 12's model:
+
+# %%
+images = x_train[:256].clone()
+images[200, 0, 14, 14] = float("nan")
+with pytest.raises(FloatingPointError) as stopped:
+    evaluate(model, [(images[:128], y_train[:128]), (images[128:], y_train[128:256])])
+print("FloatingPointError:", stopped.value)
+with torch.no_grad():
+    nan_images = int(model(images[128:]).isnan().any(dim=1).sum())  # eval mode: the NaN stays in its own image
+print("images of that batch with NaN logits:", nan_images)
+assert nan_images == 1 and str(stopped.value).startswith("evaluation batch 1: the loss is nan; its input holds 1 NaN")
 
 # %% [markdown]
 # `SummaryWriter` (TensorBoard) logs the metrics at each validation check, by step. Training results can differ in the last digits

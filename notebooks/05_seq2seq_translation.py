@@ -32,7 +32,7 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 110 min. **Run time:** 110 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 110 min. **Run time:** 100 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
@@ -337,9 +337,18 @@ assert drift > 0.01
 # ## 6. Attention: the notes' decoder scores positions, not the words at them
 #
 # Here is the notes' `AttnDecoderRNN`, batched (one step for a whole batch; otherwise line for line the notes'
-# `forward`):
+# `forward`, plus the check on the source length explained below):
 
 # %%
+# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+def check_source_length(positions: int, max_length: int) -> None:
+    """Location-based attention has one score per position up to max_length: refuse a longer source."""
+    if positions > max_length:
+        raise ValueError(f"{positions} source positions, but this location-based attention scores only "
+                         f"max_length={max_length}: the rest would get no weight. Keep sources within max_length "
+                         "(filter_pairs) or build the attention with a larger max_length")
+
+
 class NotesAttnDecoderRNN(nn.Module):
     """The notes' AttnDecoderRNN, one step for a batch: attention weights from [previous word; state]."""
 
@@ -354,6 +363,7 @@ class NotesAttnDecoderRNN(nn.Module):
         self.out = nn.Linear(hidden_size, output_size)
 
     def forward(self, token, hidden, encoder_outputs):
+        check_source_length(encoder_outputs.shape[1], self.max_length)  # F.pad below would crop a longer one
         embedded = self.dropout(self.embedding(token))                                      # [B, H]
         attn_weights = F.softmax(self.attn(torch.cat((embedded, hidden[0]), 1)), dim=1)    # [B, max_length]
         padded = F.pad(encoder_outputs, (0, 0, 0, self.max_length - encoder_outputs.shape[1]))  # the notes' zero buffer
@@ -375,7 +385,11 @@ assert NotesAttnDecoderRNN(8, 20).attn.out_features == MAX_LENGTH
 # positions from its summary of the sentence; it cannot *search* for the word that means *black*. And since the
 # softmax runs over all `max_length` slots, some weight lands on slots past the end of the sentence, where the notes'
 # zero buffer holds nothing. All three facts, checked (the claim, in an earlier version of this course and in many
-# blog posts, that such attention is "blind to the source" is too strong):
+# blog posts, that such attention is "blind to the source" is too strong). The other way round, a source longer than
+# `max_length` has no slots for its last positions: the padding `max_length - S` turns negative, and `F.pad` with a
+# negative amount *crops*, so every position past the 13th would silently get no weight (raise the length filter and
+# you would never know). `check_source_length` refuses such a source instead, here and in section 7's location-based
+# attention.
 
 # %%
 torch.manual_seed(0)
@@ -394,6 +408,12 @@ print("weights after permuting the encoder outputs: unchanged (assert_close)")
 print(f"share of the weight that moves when the decoder state changes: {moved:.2f}")
 print(f"weight on the slots past the sentence: {beyond:.1f}")
 assert moved > 0.05 and beyond > 0.3
+too_long = torch.randn(1, MAX_LENGTH + 2, 16)
+assert F.pad(too_long, (0, 0, 0, -2)).shape == (1, MAX_LENGTH, 16)  # a negative pad crops the last two positions
+try:
+    notes_dec(torch.tensor([SOS_token]), h0, too_long)
+except ValueError as err:
+    print("ValueError:", err)
 
 # %% [markdown]
 # ## 7. One decoder, three ways to choose the context (上下文)
@@ -452,6 +472,7 @@ class LocationAttention(nn.Module):
         self.score = nn.Linear(hidden_size, max_length)
 
     def forward(self, states: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        check_source_length(keys.shape[1], self.score.out_features)
         return masked_softmax(self.score(states)[..., :keys.shape[1]], mask)  # keys are not used
 
 
@@ -547,6 +568,8 @@ class Seq2Seq(nn.Module):
     def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, max_length: int = MAX_LENGTH
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy decoding: words ``[B, <=max_length]`` (PAD after <eos>) and attention weights ``[B, T, S]``."""
+        if max_length < 1:
+            raise ValueError(f"max_length must be at least 1, got {max_length}: the number of words to write at most")
         encoder_outputs, hidden = self.encoder(src, src_lengths)
         mask = src != PAD_token
         word = torch.full((src.shape[0], 1), SOS_token, device=src.device)
@@ -675,22 +698,31 @@ def translate(model: Seq2Seq, sentences: list[str], src_lang: Lang, tgt_lang: La
     """Greedy translations: for each sentence, the output words and the attention ``[len(words) + 1, source + 1]``.
 
     Sentences are normalised first. A word outside ``src_lang`` raises UnknownWordError naming it (``unknown="unk"``
-    maps it to ``<unk>`` instead); a sentence longer than MAX_LENGTH tokens, <eos> included, is refused.
+    maps it to ``<unk>`` instead); an empty sentence, or one longer than MAX_LENGTH tokens (<eos> included), is
+    refused. The model is given back in the mode it came in (training or eval).
     """
+    if isinstance(sentences, str):  # a str is a sequence too: each of its letters would be translated
+        raise TypeError(f"translate() takes a list of sentences, got one str: "
+                        f"write translate(model, [{sentences!r}], ...)")
+    was_training = model.training
     model.eval()  # dropout off: the notes forgot this, so their translations were noisy and changed from call to call
-    device = next(model.parameters()).device
-    results = []
-    for i in range(0, len(sentences), batch_size):
-        ids = [src_lang.encode(normalize_string(s), unknown) for s in sentences[i:i + batch_size]]
-        too_long = [len(x) for x in ids if len(x) > MAX_LENGTH]
-        if too_long:
-            raise ValueError(f"a sentence has {too_long[0]} tokens with <eos>; this model reads at most {MAX_LENGTH}")
-        src = nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True, padding_value=PAD_token)
-        words, weights = model.greedy(src.to(device), torch.tensor([len(x) for x in ids]))
-        for row, x, w in zip(words.tolist(), ids, weights):
-            out = tgt_lang.decode(row)
-            results.append((out, w[:len(out) + 1, :len(x)].cpu()))
-    return results
+    try:
+        device = next(model.parameters()).device
+        results = []
+        for i in range(0, len(sentences), batch_size):
+            ids = [src_lang.encode(normalize_string(s), unknown) for s in sentences[i:i + batch_size]]
+            too_long = [len(x) for x in ids if len(x) > MAX_LENGTH]
+            if too_long:
+                raise ValueError(f"a sentence has {too_long[0]} tokens with <eos>; "
+                                 f"this model reads at most {MAX_LENGTH}")
+            src = nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True, padding_value=PAD_token)
+            words, weights = model.greedy(src.to(device), torch.tensor([len(x) for x in ids]))
+            for row, x, w in zip(words.tolist(), ids, weights):
+                out = tgt_lang.decode(row)
+                results.append((out, w[:len(out) + 1, :len(x)].cpu()))
+        return results
+    finally:
+        model.train(was_training)  # even after an error: a training loop that calls translate() keeps its dropout
 
 
 def evaluate(model: Seq2Seq, pairs: list[tuple[str, str]], src_lang: Lang, tgt_lang: Lang) -> Scores:
@@ -773,7 +805,10 @@ assert final["content"] < final["location"] < final["none"]
 # decoding (贪心解码)**) and stops at `<eos>` or after `MAX_LENGTH` words. `translate` normalises sentences, refuses
 # words outside the training vocabulary with a message that names them (a word it never saw has no embedding of its
 # own; `<unk>` has a row, but no training sentence ever used it), and returns the words and the attention weights.
-# `evaluate` maps such words to `<unk>` instead, so that every test sentence gets a score.
+# `evaluate` maps such words to `<unk>` instead, so that every test sentence gets a score. `translate` also refuses
+# an empty sentence, and a single string where it expects a list (a string is a sequence too: each of its letters
+# would be translated); it switches the model to `eval()` and, in a `finally`, back to the mode it came in, so that
+# calling it in the middle of training does not leave dropout off.
 #
 # The notes' `evaluate` reads `decoder_output.data.topk(1)` and stores `decoder_attention.data`. `.data` is the
 # legacy way to step outside autograd, and it hides in-place changes from autograd's checks (notebook 02); here
@@ -788,6 +823,7 @@ for name, model in models.items():
     for sentence, (words, _) in zip(examples, translate(model, examples, input_lang, output_lang)):
         print(f"{NAMES[name]:15} {sentence:30} -> {' '.join(words)}")
 assert evaluate(models["content"], val[:500], input_lang, output_lang).exact >= 0.8
+assert all(model.training for model in models.values())  # as train_step left them: translate() gave them back
 
 # %% [markdown]
 # A word the model never saw has no embedding of its own, so `translate` refuses it and names it:
@@ -1144,7 +1180,7 @@ assert batched_rate > 10 * one_by_one_rate
 # * Two real bugs of the notes fixed: their showcase translations (`evaluateRandomly`) were sampled from the
 #   *training* pairs, so they showed memorised sentences; here examples and scores come from held-out splits. And
 #   the notes translate without `decoder.eval()`, so dropout stays on at inference and the translations are random;
-#   here `translate` switches the model to `eval()`.
+#   here `translate` switches the model to `eval()` (and back to the mode it was in).
 
 # %% [markdown]
 # ## Exercises (练习)

@@ -228,3 +228,103 @@ def test_lesson_code_errors():
     assert lesson_code.shared_cells("# %% [markdown]\n# Shared with benchmarks/ and tests/\n# %%\nx = 1\n") == []
     assert lesson_code.shared_cells("# %%\n# Shared with benchmarks/ and tests/ (x)\ny = 2\n# %%\nz = 3\n") == [
         "# Shared with benchmarks/ and tests/ (x)\ny = 2"]
+
+
+# --------------------------------------------------------------------------------------------
+# Bad arguments get a clear error (issue 14, "Public helpers")
+# --------------------------------------------------------------------------------------------
+
+
+def test_split_pairs_refuses_nan_fractions():
+    # every comparison with NaN is False, so "f < 0" and "|sum - 1| > tol" both let NaN through
+    for fractions in ((float("nan"), 0.5, 0.5), (0.8, 0.1, float("nan")), (1.0, float("-inf"), 0.0)):
+        with pytest.raises(ValueError, match="three non-negative numbers summing to 1"):
+            split_pairs(PAIRS, fractions)
+
+
+def test_decode_names_an_index_outside_the_vocabulary():
+    lang = Lang("eng")
+    lang.add_sentence("i am cold .")
+    with pytest.raises(IndexError, match=r"index 999 is not in the eng vocabulary \(indices 0 to 7\)"):
+        lang.decode([4, 999])
+    with pytest.raises(IndexError, match="index -1"):
+        lang.decode([-1])
+    with pytest.raises(ValueError, match=r"one sentence: a 1-D sequence of indices, got shape \(2, 3\)"):
+        lang.decode(torch.tensor([[4, 5, 2], [6, 7, 2]]))  # a batch, as greedy decoding returns it
+
+
+def test_lang_refuses_empty_and_non_str_sentences():
+    lang = Lang("fra")
+    lang.add_sentence("je suis la .")
+    for bad in ("", "   "):
+        with pytest.raises(ValueError, match="empty sentence"):
+            lang.encode(bad)
+        with pytest.raises(ValueError, match="empty sentence"):
+            lang.add_sentence(bad)
+    with pytest.raises(TypeError, match="a sentence must be a str, got int"):
+        lang.encode(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a sentence must be a str, got list"):
+        lang.add_sentence(["je", "suis"])  # type: ignore[arg-type]
+    assert lang.n_words == 4 + 4  # nothing was added by the refused calls
+
+
+def test_filter_pairs_refuses_one_str_as_prefixes():
+    # a str is a sequence of letters: prefixes="i am " kept every English sentence starting with i, space, a or m
+    with pytest.raises(TypeError, match="prefixes must be a sequence of str"):
+        filter_pairs(PAIRS, prefixes="i am ")  # type: ignore[arg-type]
+    assert filter_pairs(PAIRS, prefixes=["i am "]) == PAIRS[:1]
+
+
+def test_make_batches_refuses_a_seed_for_rng():
+    src, tgt = build_langs(PAIRS)
+    with pytest.raises(TypeError, match=r"rng must be a random.Random \(e.g. random.Random\(0\)\) or None, got 0"):
+        make_batches(PAIRS, src, tgt, 2, 0)  # type: ignore[arg-type]
+
+
+def _tiny_model(attention="content"):
+    src, tgt = build_langs(PAIRS)
+    torch.manual_seed(0)
+    return lesson.build_model(attention, src, tgt, hidden_size=8), src, tgt
+
+
+def test_translate_refuses_one_str_and_empty_sentences():
+    model, src, tgt = _tiny_model()
+    with pytest.raises(TypeError, match=r"a list of sentences, got one str: write translate\(model, \['je suis"):
+        lesson.translate(model, "je suis froid .", src, tgt)  # would have translated 'j', 'e', ' ', ...
+    for empty in ("", "  ", "123"):  # "123" has no letters: normalisation leaves nothing
+        with pytest.raises(ValueError, match="empty sentence"):
+            lesson.translate(model, ["je suis froid .", empty], src, tgt)
+
+
+def test_translate_gives_the_model_back_in_its_mode():
+    model, src, tgt = _tiny_model()
+    for training in (True, False):
+        model.train(training)
+        lesson.translate(model, ["je suis froid ."], src, tgt)
+        assert model.training == training
+        lesson.evaluate(model, PAIRS, src, tgt)
+        assert model.training == training
+        with pytest.raises(UnknownWordError):  # and when translating fails half-way
+            lesson.translate(model, ["je suis froid .", "le chien ."], src, tgt, batch_size=1)
+        assert model.training == training
+
+
+def test_greedy_refuses_max_length_below_one():
+    model, src, _ = _tiny_model()
+    b = torch.tensor([src.encode("je suis froid .")])
+    with pytest.raises(ValueError, match="max_length must be at least 1, got 0"):
+        model.greedy(b, torch.tensor([b.shape[1]]), max_length=0)
+    assert model.greedy(b, torch.tensor([b.shape[1]]), max_length=1)[0].shape == (1, 1)
+
+
+def test_location_attention_refuses_sources_longer_than_max_length():
+    torch.manual_seed(0)
+    long_source = torch.randn(1, lesson.MAX_LENGTH + 2, 8)  # 15 positions, 13 slots
+    decoder = lesson.NotesAttnDecoderRNN(8, 20).eval()
+    message = r"15 source positions, but this location-based attention scores only max_length=13"
+    with pytest.raises(ValueError, match=message):  # before: F.pad cropped the last two positions silently
+        decoder(torch.tensor([SOS_token]), torch.zeros(1, 1, 8), long_source)
+    with pytest.raises(ValueError, match=message):  # before: a size mismatch inside masked_fill
+        lesson.LocationAttention(8)(torch.randn(1, 2, 8), long_source, torch.ones(1, 15, dtype=torch.bool))
+    # up to max_length positions still work
+    assert decoder(torch.tensor([SOS_token]), torch.zeros(1, 1, 8), long_source[:, :13])[2].shape == (1, 13)

@@ -1,8 +1,9 @@
 """Import the code a notebook teaches, from the notebook itself.
 
 Notebook 05 writes its models, training step, decoding and evaluation in its own cells, where a
-learner reads and edits them. ``benchmarks/seq2seq_speed.py`` and ``tests/test_seq2seq.py`` need the
-same classes; rather than keep a second copy in ``utils/``, they run the notebook's *shared* cells:
+learner reads and edits them, and notebook 04 its training loop. ``benchmarks/seq2seq_speed.py``,
+``tests/test_seq2seq.py`` and ``tests/test_mnist_loop.py`` need the same code; rather than keep a
+second copy in ``utils/``, they run the notebook's *shared* cells:
 the code cells whose first line starts with :data:`SHARED_MARK`, in order, from the notebook's
 jupytext source (``notebooks/NN_topic.py``). Nothing else of the notebook runs (no training, no plots).
 

@@ -126,6 +126,8 @@ def filter_pairs(pairs: Iterable[tuple[str, str]], max_length: int = MAX_LENGTH,
     """
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
         raise ValueError(f"max_length must be an int >= 2, got {max_length!r}")
+    if isinstance(prefixes, str):  # tuple("i am ") would be its letters: every sentence starting with i, a, m or " "
+        raise TypeError(f"prefixes must be a sequence of str such as ENG_PREFIXES, not one str: write [{prefixes!r}]")
     prefixes = tuple(prefixes) if prefixes else None
     return [(a, b) for a, b in pairs
             if len(a.split(" ")) < max_length and len(b.split(" ")) < max_length
@@ -141,9 +143,10 @@ def split_pairs(pairs: Sequence[tuple[str, str]], fractions: tuple[float, float,
     training on either side. Groups are shuffled with ``seed`` and dealt out by ``fractions``.
 
     Raises:
-        ValueError: fractions are not three non-negative numbers summing to 1.
+        ValueError: fractions are not three non-negative numbers summing to 1 (NaN included).
     """
-    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-9:
+    # written so that NaN fails: every comparison with NaN is False
+    if len(fractions) != 3 or not all(f >= 0 for f in fractions) or not abs(sum(fractions) - 1) <= 1e-9:
         raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {fractions}")
     parent = list(range(len(pairs)))
 
@@ -200,8 +203,17 @@ class Lang:
         """Vocabulary size, special tokens included."""
         return len(self.index2word)
 
+    @staticmethod
+    def _words(sentence: str) -> list[str]:
+        if not isinstance(sentence, str):
+            raise TypeError(f"a sentence must be a str, got {type(sentence).__name__}")
+        if not sentence.strip():
+            raise ValueError(f"empty sentence {sentence!r}: nothing to encode "
+                             "(normalize_string leaves nothing of a sentence without letters)")
+        return sentence.split(" ")
+
     def add_sentence(self, sentence: str) -> None:
-        for word in sentence.split(" "):
+        for word in self._words(sentence):
             self.add_word(word)
 
     def add_word(self, word: str) -> None:
@@ -214,7 +226,7 @@ class Lang:
 
     def unknown_words(self, sentence: str) -> list[str]:
         """Words of ``sentence`` that are not in the vocabulary, in order."""
-        return [w for w in sentence.split(" ") if w not in self.word2index]
+        return [w for w in self._words(sentence) if w not in self.word2index]
 
     def encode(self, sentence: str, unknown: str = "error") -> list[int]:
         """Indices of the words followed by EOS.
@@ -222,6 +234,10 @@ class Lang:
         Args:
             unknown: ``"error"`` raises :class:`UnknownWordError` naming every unknown word;
                 ``"unk"`` maps them to the ``<unk>`` index.
+
+        Raises:
+            TypeError: ``sentence`` is not a str.
+            ValueError: ``sentence`` is empty (or only spaces), or ``unknown`` is neither value.
         """
         if unknown not in ("error", "unk"):
             raise ValueError(f"unknown must be 'error' or 'unk', got {unknown!r}")
@@ -233,12 +249,23 @@ class Lang:
         return [self.word2index.get(w, UNK_token) for w in sentence.split(" ")] + [EOS_token]
 
     def decode(self, indices: Iterable[int]) -> list[str]:
-        """Words of ``indices``, stopping at EOS and skipping padding."""
+        """Words of one sentence's ``indices``, stopping at EOS and skipping padding.
+
+        Raises:
+            ValueError: ``indices`` is a tensor of more than one dimension (a batch: decode each row).
+            IndexError: an index outside this vocabulary (indices made with another ``Lang``?).
+        """
+        if isinstance(indices, torch.Tensor) and indices.dim() != 1:
+            raise ValueError(f"decode() takes one sentence: a 1-D sequence of indices, got shape {tuple(indices.shape)}"
+                             " (for a batch, decode each row)")
         words = []
         for i in indices:
             i = int(i)
             if i == EOS_token:
                 break
+            if i not in self.index2word:
+                raise IndexError(f"index {i} is not in the {self.name} vocabulary (indices 0 to {self.n_words - 1}):"
+                                 " were these indices made with another vocabulary?")
             if i != PAD_token:
                 words.append(self.index2word[i])
         return words
@@ -294,6 +321,8 @@ def make_batches(pairs: Sequence[tuple[str, str]], src_lang: Lang, tgt_lang: Lan
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if rng is not None and not isinstance(rng, random.Random):  # a seed would fail later at rng.shuffle
+        raise TypeError(f"rng must be a random.Random (e.g. random.Random(0)) or None, got {rng!r}")
     encoded = [(src_lang.encode(a, "unk"), tgt_lang.encode(b, "unk")) for a, b in pairs]
     if rng is not None:
         rng.shuffle(encoded)
