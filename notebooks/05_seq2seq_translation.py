@@ -32,7 +32,7 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 110 min. **Run time:** 100 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 110 min. **Run time:** 95 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
