@@ -437,9 +437,10 @@ def test_every_flipped_byte_is_refused_and_fallback_skips_it(tmp_path):
     """One changed byte anywhere in a checkpoint: CheckpointError naming the file, never a load.
 
     Stricter than "an error or bit-identical values": the SHA-256 at the end of the file covers every
-    other byte (padding included) and itself, so no byte is harmless. Every byte of the zip structure,
-    the pickle and the small records is flipped; the two 5 KB random-state records, plain tensor bytes
-    whose damage the same hash sees, every 16th byte.
+    other byte (padding included) and itself, so no byte is harmless. Every byte of the zip structure
+    (headers, central directory, end record, comment) and of the small records is flipped; of the three
+    records over 1 KB (the 4.5 KB pickle, mostly Python's random state, and the two 5 KB random-state
+    tensors), every 16th byte, which keeps the test under a second.
     """
     model = nn.Linear(2, 1)
     older = save_checkpoint(tmp_path, model=model, step=1)
@@ -556,6 +557,46 @@ def test_stale_temporaries_are_removed(tmp_path):
     (tmp_path / ".last.pt.a1b2c3d4.tmp").write_bytes(b"z")
     save_checkpoint(tmp_path / "last.pt", model=model, step=6)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == [".notes.tmp", ".other.pt.abcdefgh.tmp"]
+
+
+def test_writer_whose_temporary_was_taken_for_abandoned_starts_again(tmp_path, monkeypatch):
+    """A cleaner may lock and delete a temporary file between its creation and its writer's lock."""
+    import fcntl
+    import types
+
+    from utils import checkpoint as ck
+
+    raced = []
+
+    def cleaner_got_there_first(fd, operation):
+        if not raced and operation == fcntl.LOCK_EX:
+            raced.extend(p.name for p in tmp_path.glob(".*.tmp"))
+            for temporary in tmp_path.glob(".*.tmp"):
+                temporary.unlink()
+        return fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(ck, "fcntl", types.SimpleNamespace(flock=cleaner_got_there_first, LOCK_EX=fcntl.LOCK_EX,
+                                                           LOCK_NB=fcntl.LOCK_NB))
+    path = save_checkpoint(tmp_path, model=nn.Linear(2, 1), step=1)
+    assert len(raced) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_name(1)]
+    assert load_checkpoint(path, model=nn.Linear(2, 1)).step == 1
+
+
+def test_without_flock_old_temporaries_are_removed(tmp_path, monkeypatch):
+    """Windows has no fcntl: there an unlocked temporary file counts as abandoned after an hour."""
+    import time
+
+    from utils import checkpoint as ck
+
+    monkeypatch.setattr(ck, "fcntl", None)
+    old, fresh = tmp_path / ".checkpoint_00000001.pt.aaaaaaaa.tmp", tmp_path / ".checkpoint_00000002.pt.bbbbbbbb.tmp"
+    for path in (old, fresh):
+        path.write_bytes(b"left by a killed save")
+    hours_ago = time.time() - 2 * ck.STALE_TEMP_SECONDS
+    os.utime(old, (hours_ago, hours_ago))
+    path = save_checkpoint(tmp_path, model=nn.Linear(2, 1), step=3)
+    assert not old.exists() and fresh.exists()
+    assert load_checkpoint(path, model=nn.Linear(2, 1)).step == 3
 
 
 class _FullDisk(io.RawIOBase):

@@ -764,9 +764,8 @@ def _check_map_location(map_location: Any) -> None:
             device = torch.device(where)
         except RuntimeError as err:
             raise ValueError(f"map_location={map_location!r} is not a device ({_first_line(err)})") from err
-        backend = torch.backends.mps if device.type == "mps" else getattr(torch, device.type, None)
-        available = getattr(backend, "is_available", None)
-        if device.type not in ("cpu", "meta") and callable(available) and not available():
+        available = getattr(getattr(torch, device.type, None), "is_available", None)  # torch.cuda, torch.mps...
+        if callable(available) and not available():
             raise ValueError(
                 f"map_location={map_location!r} names a {device.type} device, but this machine has none "
                 f"(torch.{device.type}.is_available() is False): load with map_location='cpu' (the default); "
