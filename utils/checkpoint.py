@@ -1024,9 +1024,11 @@ def load_checkpoint(
         try:
             load_rng_state_dict(rng_state)
         except (TypeError, ValueError) as err:
+            cause = err.__cause__ or err  # what the generator said, or which key is missing
             raise CheckpointError(
-                f"checkpoint {loaded_from} holds a malformed random state ({err}); "
-                "load it with restore_rng=False to resume without it (then not bit-identical)"
+                f"checkpoint {loaded_from} holds a malformed random state ({type(cause).__name__}: "
+                f"{_first_line(cause)}); nothing was restored: load it with restore_rng=False to resume "
+                "without it (then not bit-identical)"
             ) from err
     try:
         incompatible = module.load_state_dict(payload["model"], strict=strict)
