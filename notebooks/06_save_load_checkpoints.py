@@ -15,7 +15,7 @@
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 75 min, 20 of them for the exercises at the end. **Run time:** 20 s on the 2-core
+# **Study time:** about 75 min, 20 of them for the exercises at the end. **Run time:** 15 s on the 2-core
 # course machine (one thread, measured by `make execute`; more on a busy machine), most of it spent importing
 # PyTorch and its compiler stack (`torch.compile`, `torch.export`) and in a child Python process that we kill on
 # purpose.
