@@ -306,7 +306,10 @@ assert renamed_failed
 # `OrderedDict`, `Counter`, `set`, plus what you add yourself; names from `os` and `sys` are refused
 # even then); `REDUCE` calls only allow-listed functions; `BUILD` only fills tensors, parameters,
 # `OrderedDict`s and allow-listed classes; any other instruction is an error. Our file is refused at
-# `GLOBAL io open`, before anything is called, and the marker does not appear.
+# `GLOBAL io open`, before anything is called, and the marker does not appear. We pass
+# `weights_only=True` although it is the default, because the environment variable
+# `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` turns the default off (with only a warning) but never overrides an
+# explicit argument; the end of the cell proves it with our own pickled model from section 3.
 
 # %%
 class Booby:
@@ -332,7 +335,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     refused = False
     try:
-        torch.load(evil_path)  # weights_only=True is the default
+        torch.load(evil_path, weights_only=True)  # explicit, so that no environment variable can turn it off
     except pickle.UnpicklingError as err:
         refused = True
         print(type(err).__name__, ":", first_line(err))
@@ -341,6 +344,18 @@ with tempfile.TemporaryDirectory() as tmp:
     print("marker file created:", os.path.exists(marker))
     assert refused and not os.path.exists(marker)
     assert ("GLOBAL", "io open") in ops
+
+with mock.patch.dict(os.environ, {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}):
+    with pytest.warns(UserWarning, match="forcing weights_only=False"):
+        by_default = torch.load(whole_path)  # the default, turned off: the whole pickle runs
+    try:
+        torch.load(whole_path, weights_only=True)
+        explicit_refused = False
+    except pickle.UnpicklingError:
+        explicit_refused = True
+print("with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 the default torch.load unpickles a", type(by_default).__name__,
+      "| weights_only=True still refuses it:", explicit_refused)
+assert isinstance(by_default, SmallNet) and explicit_refused
 
 # %% [markdown]
 # The message offers two ways out. `weights_only=False` means "I trust this file completely": never
@@ -360,15 +375,15 @@ config_path = RUN_DIR / "with_config.pt"
 torch.save({"weights": small.state_dict(), "config": TrainConfig()}, config_path)
 refused = False
 try:
-    torch.load(config_path)
+    torch.load(config_path, weights_only=True)
 except pickle.UnpicklingError as err:
     refused = True
-    print("default ->", type(err).__name__, "(TrainConfig is not on the allow-list)")
+    print("weights_only=True ->", type(err).__name__, "(TrainConfig is not on the allow-list)")
 with torch.serialization.safe_globals([TrainConfig]):
-    print("with safe_globals([TrainConfig]) ->", torch.load(config_path)["config"])
+    print("with safe_globals([TrainConfig]) ->", torch.load(config_path, weights_only=True)["config"])
 
 torch.save({"weights": small.state_dict(), "config": dataclasses.asdict(TrainConfig())}, config_path)
-plain = torch.load(config_path)["config"]
+plain = torch.load(config_path, weights_only=True)["config"]
 print("stored as a plain dict ->", plain, "->", TrainConfig(**plain))
 assert refused and TrainConfig(**plain) == TrainConfig()
 
@@ -382,7 +397,7 @@ assert refused and TrainConfig(**plain) == TrainConfig()
 # CVE-2025-32434 bypassed it (fixed in PyTorch 2.6), and CVE-2026-24747 bypassed it again (fixed in
 # 2.10). So:
 #
-# * files you or your team wrote: `torch.load` with the default `weights_only=True` (never `False`);
+# * files you or your team wrote: `torch.load(path, weights_only=True)`, written out (never `False`);
 # * weights from people you do not trust: ask for **`safetensors`** (next), whose loader only parses
 #   a JSON header and copies bytes;
 # * keep PyTorch updated, since the next bypass will be fixed in a release, not in your code.
@@ -667,10 +682,10 @@ assert no_rng > 1e-4 and no_opt > 1e-4
 # ## 6. Crash-proof saving and loading
 #
 # `save_checkpoint` writes with the four steps of `atomic_save` above, and only then deletes
-# checkpoints older than the last `keep_last`. On loading, `load_checkpoint` verifies the zip's CRC-32 checksums (plain `torch.load` does not
-# check them) and turns any failure into a `CheckpointError` naming the file. Here is what a
-# plain in-place save leaves when it dies mid-write (we write half of a real file under the next
-# name), and how `fallback=True` recovers:
+# checkpoints older than the last `keep_last`. `load_checkpoint` checks the file before loading it
+# (how, below) and turns any failure into a `CheckpointError` naming the file. Here is what a plain
+# in-place save leaves when it dies mid-write (we write half of a real file under the next name),
+# and how `fallback=True` recovers:
 
 # %%
 good = list_checkpoints(ckpt_dir)[-1]
@@ -687,8 +702,10 @@ torn.unlink()
 
 # %% [markdown]
 # Truncation is the easy case. A flipped bit inside a tensor's bytes (a bad disk, a broken copy) is
-# worse: `torch.load` does not verify the checksums that the zip format stores, so it returns a
-# silently different weight. `load_checkpoint` checks them first:
+# worse: `torch.load` does not verify the CRC-32 checksums that the zip format stores for each record,
+# so it returns a silently different weight. `save_checkpoint` therefore ends the file with the
+# SHA-256 of all its other bytes, stored as the zip's *comment* (a free field at the very end of a zip
+# file, which zip readers and `torch.load` skip), and `load_checkpoint` compares it before loading:
 
 # %%
 flip_dir = RUN_DIR / "bitflip"
@@ -699,9 +716,13 @@ where = data.find(flip_model.net[0].weight.detach().cpu().numpy().tobytes())
 data[where + 2] ^= 0x40  # one bit in the third byte of the first weight
 flip_path.write_bytes(bytes(data))
 
-silently = torch.load(flip_path)["model"]["net.0.weight"]
+silently = torch.load(flip_path, weights_only=True)["model"]["net.0.weight"]
 print("torch.load: loads without complaint; first weight changed:",
       not torch.equal(silently, flip_model.net[0].weight.detach().cpu()))
+with zipfile.ZipFile(flip_path) as zf:
+    comment = zf.comment
+print("the zip's comment:", comment[:20].decode(), "+", len(comment) - 20, "hex digits")
+assert comment.startswith(b"torch-course-sha256:") and len(comment) == 20 + 64
 try:
     load_checkpoint(flip_path, model=Classifier())
     caught = False
@@ -747,7 +768,8 @@ assert refused and info.step == 25
 
 # %% [markdown]
 # An exception in the middle of `save_checkpoint` (here `torch.save` is patched to write half the bytes
-# and then fail, like a full disk) leaves the older checkpoints untouched and no temporary file:
+# and then fail, like a full disk) leaves the older checkpoints untouched and no temporary file, and a
+# full disk is reported as one, naming the file:
 
 # %%
 real_save = torch.save
@@ -765,17 +787,19 @@ with mock.patch.object(torch, "save", half_then_disk_full):
     try:
         save_checkpoint(ckpt_dir, model=model, optimizer=opt, step=TOTAL + 4, keep_last=2)
     except OSError as err:
-        print("save failed:", err.strerror)
+        disk_full = err
+        print("save failed:", short(err))
 after = sorted(p.name for p in ckpt_dir.iterdir())
 print("files before:", before)
 print("files after: ", after)
 print("newest still loads: step", load_checkpoint(ckpt_dir, model=Classifier()).step)
-assert before == after
+assert before == after and disk_full.errno == 28 and "no space left" in str(disk_full)
 
 # %% [markdown]
 # An exception still runs `except`/`finally` blocks. A process killed with `SIGKILL` (what the
 # kernel's out-of-memory killer or a scheduler does) runs nothing at all. So we start a real child
-# Python process that saves step 1, then dies by `SIGKILL` halfway through writing step 2:
+# Python process that saves step 1, then dies by `SIGKILL` halfway through writing step 2; then we look
+# at what it left, and at what the next save does with it while another save (simulated) is running:
 
 # %%
 CHILD = r"""
@@ -802,21 +826,42 @@ save_checkpoint(folder, model=model, step=2)
 print("never printed")
 """
 killed_dir = RUN_DIR / "killed"
+
+
+def listing(folder) -> list[str]:
+    """The file names in folder, with the random part of temporary names replaced."""
+    return sorted(re.sub(r"\.pt\.\w+\.tmp$", ".pt.<random>.tmp", p.name) for p in folder.iterdir())
+
+
 if hasattr(signal, "SIGKILL"):
     child = subprocess.run([sys.executable, "-c", CHILD, str(killed_dir)], cwd=REPO_ROOT,
                            capture_output=True, text=True, timeout=300)
-    leftovers = sorted(re.sub(r"\.pt\.\w+\.tmp$", ".pt.<random>.tmp", p.name) for p in killed_dir.iterdir())
     print("child exit code:", child.returncode, "(killed by signal", -child.returncode, "= SIGKILL)")
-    print("folder after the kill:", leftovers)
+    print("folder after the kill:", listing(killed_dir))
     info = load_checkpoint(killed_dir, model=nn.Linear(4, 2))
     print("load_checkpoint ignores the temporary file and loads step", info.step)
     assert child.returncode == -signal.SIGKILL and "never printed" not in child.stdout and info.step == 1
+
+    import fcntl  # POSIX only, like SIGKILL
+
+    running = killed_dir / ".checkpoint_00000003.pt.0a1b2c3d.tmp"  # another process's save, still writing
+    with open(running, "wb") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)  # what a save holds on its temporary file until the rename
+        save_checkpoint(killed_dir, model=nn.Linear(4, 2), step=2)  # the restarted job saves again
+        after_save = listing(killed_dir)
+    print("after the next save:", after_save)
+    assert after_save == [".checkpoint_00000003.pt.<random>.tmp", "checkpoint_00000001.pt", "checkpoint_00000002.pt"]
+    running.unlink()
 else:  # Windows has no SIGKILL
     print("child exit code: -9 on Linux/macOS; this platform has no SIGKILL, so the demonstration is skipped")
 
 # %% [markdown]
-# The hidden `.tmp` file is what a hard kill can leave behind: harmless (no loader looks at it) and
-# safe to delete. The final name never holds half a file.
+# The hidden `.tmp` file is what a hard kill leaves behind; the final name never holds half a file. No
+# loader looks at the temporary file, and the next save into the folder deletes it. How does it know
+# that the writer is dead, and not a concurrent save still writing? A save holds a lock
+# (`fcntl.flock`) on its temporary file until the rename, and the kernel releases a process's locks
+# when it dies: a temporary file that nobody locks is abandoned, a locked one (step 3 above) is left
+# alone.
 #
 # ## 7. Several models in one file, warm starts and renamed keys
 #
@@ -1363,9 +1408,9 @@ ex.check(3, train_steps)
 #   references: clone it to keep a snapshot.
 # * Save `model.state_dict()`, rebuild the model from its class, `load_state_dict`, then `eval()`.
 #   Pickling the whole model stores only a *reference* to its class and breaks when code moves.
-# * `torch.load` unpickles, and unpickling can run code. Keep the default `weights_only=True`; allow a
-#   trusted custom class with `torch.serialization.safe_globals`/`add_safe_globals`, or store plain
-#   data. That allow-list is a mitigation, not a sandbox (it was bypassed twice, fixed in 2.6 and
+# * `torch.load` unpickles, and unpickling can run code. Pass `weights_only=True` explicitly (an
+#   environment variable can turn the default off); allow a trusted custom class with
+#   `torch.serialization.safe_globals`/`add_safe_globals`, or store plain data. That allow-list is a mitigation, not a sandbox (it was bypassed twice, fixed in 2.6 and
 #   2.10): keep PyTorch updated and take weights from strangers only as `safetensors`.
 # * A resumable checkpoint holds model, optimizer, scheduler, `GradScaler`, epoch and step, and the
 #   Python/NumPy/torch(/CUDA) random states; with a data order derived from the epoch, the resumed run
@@ -1373,10 +1418,11 @@ ex.check(3, train_steps)
 #   that.
 # * An atomic save is a temporary file in the same folder, `flush` + `fsync`, `os.replace`, and an
 #   `fsync` of the folder: atomic on local POSIX file systems, not promised on Windows or network file
-#   systems. `utils.checkpoint.save_checkpoint` does it, keeps the last N and moves checkpoints of an
-#   abandoned future to `superseded/`; `load_checkpoint` verifies checksums, raises `CheckpointError`
-#   naming a damaged file, can fall back to the previous checkpoint, and restores random states only on
-#   the rank that saved them (or every rank, given `rng_states=`).
+#   systems. `utils.checkpoint.save_checkpoint` does it, ends the file with its SHA-256, keeps the last N,
+#   deletes what killed saves left and moves checkpoints of an abandoned future to `superseded/`;
+#   `load_checkpoint` verifies the SHA-256, raises `CheckpointError` naming a damaged file, can fall back
+#   to the previous checkpoint, and restores random states only on the rank that saved them (or every
+#   rank, given `rng_states=`).
 # * `strict=False` reports missing/unexpected keys but not shape changes; rename keys only at their
 #   start; strip `module.` (DataParallel/DDP) and `_orig_mod.` (`torch.compile`) with
 #   `consume_prefix_in_state_dict_if_present`, or never save them (`unwrap_model`).

@@ -1,7 +1,10 @@
+import errno
 import io
 import os
-import stat
 import random
+import stat
+import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -417,3 +420,322 @@ def test_folder_fsync_refused_does_not_fail_the_save(tmp_path, monkeypatch, brok
     path = save_checkpoint(tmp_path, model=nn.Linear(2, 2), step=1)
     monkeypatch.undo()
     assert load_checkpoint(path, model=nn.Linear(2, 2)).step == 1
+
+
+# --------------------------------------------------------------------------- hardening (issue 14)
+
+
+def _records(data: bytes):
+    """``(name, first byte, size)`` of each record's bytes in a zip file."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        for info in zf.infolist():
+            name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+            yield info.filename, info.header_offset + 30 + name_len + extra_len, info.compress_size
+
+
+def test_every_flipped_byte_is_refused_and_fallback_skips_it(tmp_path):
+    """One changed byte anywhere in a checkpoint: CheckpointError naming the file, never a load.
+
+    Stricter than "an error or bit-identical values": the SHA-256 at the end of the file covers every
+    other byte (padding included) and itself, so no byte is harmless. Every byte of the zip structure
+    (headers, central directory, end record, comment) and of the small records is flipped; of the three
+    records over 1 KB (the 4.5 KB pickle, mostly Python's random state, and the two 5 KB random-state
+    tensors), every 16th byte, which keeps the test under a second.
+    """
+    model = nn.Linear(2, 1)
+    older = save_checkpoint(tmp_path, model=model, step=1)
+    path = save_checkpoint(tmp_path, model=model, step=2)
+    good = path.read_bytes()
+    bulk = {i for _, start, size in _records(good) if size > 1024 for i in range(start, start + size)}
+    positions = [i for i in range(len(good)) if i not in bulk or i % 16 == 0]
+    assert len(bulk) > len(good) // 2 and len(positions) > 2000
+    wrong = []
+    with open(path, "r+b") as f:
+        for i in positions:  # flip one bit in place, load, put it back: rewriting the file each time is slower
+            f.seek(i)
+            f.write(bytes([good[i] ^ 1 << (i % 8)]))
+            f.flush()
+            try:
+                load_checkpoint(path, model=model, restore_rng=False)
+                wrong.append((i, "loaded"))
+            except CheckpointError as err:
+                if str(path) not in str(err):
+                    wrong.append((i, str(err)))
+            except Exception as err:  # noqa: BLE001 - any other type is the failure this test looks for
+                wrong.append((i, f"{type(err).__name__}: {err}"))
+            f.seek(i)
+            f.write(good[i : i + 1])
+    assert path.read_bytes() == good
+    assert not wrong, f"{len(wrong)} of {len(positions)} flips: {wrong[:5]}"
+
+    directory = good.rfind(b"PK\x01\x02")  # the last central directory entry: what CRCs do not cover
+    for i in (10, directory + 6, directory + 20, len(good) - 90, len(good) - 1):
+        damaged = bytearray(good)
+        damaged[i] ^= 0x10
+        path.write_bytes(damaged)
+        info = load_checkpoint(tmp_path, model=nn.Linear(2, 1), fallback=True)
+        assert info.path == older and [p for p, _ in info.skipped] == [path]
+
+
+def _snapshot(model, opt):
+    return ({k: v.clone() for k, v in model.state_dict().items()},
+            {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()},
+            rng_state_dict())
+
+
+def _assert_unchanged(model, opt, snapshot):
+    weights, opt_state, rng = snapshot
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in weights.items())
+    now = opt.state_dict()["state"]
+    assert now.keys() == opt_state.keys()
+    assert all(torch.equal(now[i][k], v) for i in opt_state for k, v in opt_state[i].items())
+    probe = _draw()
+    load_rng_state_dict(rng)
+    assert _draw() == probe
+
+
+def _wider_head():
+    torch.manual_seed(7)
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.3), nn.Linear(8, 3))
+
+
+@pytest.mark.parametrize("case", ["size mismatch", "another optimizer class", "optimizer over other parameters",
+                                  "bad RNG record", "RNG record lacks numpy"])
+def test_failed_load_changes_nothing(tmp_path, case):
+    from utils.checkpoint import atomic_torch_save
+
+    model, opt, sched, scaler = _make()
+    _train(model, opt, sched, scaler, 0, 2)
+    path = save_checkpoint(tmp_path, model=model, optimizer=opt, step=2)
+    target, target_opt, target_sched, target_scaler = _make(seed=5)
+    _train(target, target_opt, target_sched, target_scaler, 0, 1)  # what is about to be overwritten has state too
+    error, match = ValueError, None
+    if case == "size mismatch":  # the first layers fit, the last does not
+        target = _wider_head()
+        target_opt = torch.optim.AdamW(target.parameters(), lr=0.05)
+        error, match = RuntimeError, r"size mismatch for 4\.weight"
+    elif case == "another optimizer class":
+        target_opt = torch.optim.SGD(target.parameters(), lr=0.1, momentum=0.9)
+        match = "saved with the optimizer AdamW, but optimizer= is an instance of SGD"
+    elif case == "optimizer over other parameters":
+        target_opt = torch.optim.AdamW(list(target.parameters())[:2], lr=0.05)
+        match = "parameter group"
+    else:
+        payload = torch.load(path, weights_only=True)
+        if case == "bad RNG record":
+            payload["rng"][0]["torch"] = torch.zeros(7, dtype=torch.uint8)
+        else:
+            del payload["rng"][0]["numpy"]
+        atomic_torch_save(payload, path)
+        error, match = CheckpointError, "random state"
+    before = _snapshot(target, target_opt)
+    with pytest.raises(error, match=match) as err:
+        load_checkpoint(path, model=target, optimizer=target_opt)
+    assert str(path) in str(err.value)
+    _assert_unchanged(target, target_opt, before)
+
+
+def test_stale_temporaries_are_removed(tmp_path):
+    import fcntl
+
+    model = nn.Linear(2, 1)
+    save_checkpoint(tmp_path, model=model, step=1)
+    dead = tmp_path / ".checkpoint_00000002.pt.k3x9a0zq.tmp"  # a save of step 2 killed with SIGKILL
+    dead.write_bytes(b"x" * 1000)
+    alive = tmp_path / ".checkpoint_00000003.pt.0b1c2d3e.tmp"  # a writer in another process, still writing
+    alive.write_bytes(b"y" * 1000)
+    foreign = [tmp_path / ".tmp-abc", tmp_path / ".notes.tmp", tmp_path / ".other.pt.abcdefgh.tmp"]
+    for path in foreign:
+        path.write_bytes(b"not ours")
+    with open(alive, "r+b") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)  # what the writing process holds until its rename
+        save_checkpoint(tmp_path, model=model, step=4)
+        assert not dead.exists() and alive.exists() and all(p.exists() for p in foreign)
+    save_checkpoint(tmp_path, model=model, step=5)  # the writer died: its lock went with it
+    assert not alive.exists()
+    # a file name (not a folder) cleans the temporaries of that name only
+    (tmp_path / ".last.pt.a1b2c3d4.tmp").write_bytes(b"z")
+    save_checkpoint(tmp_path / "last.pt", model=model, step=6)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == [".notes.tmp", ".other.pt.abcdefgh.tmp"]
+
+
+def test_writer_whose_temporary_was_taken_for_abandoned_starts_again(tmp_path, monkeypatch):
+    """A cleaner may lock and delete a temporary file between its creation and its writer's lock."""
+    import fcntl
+    import types
+
+    from utils import checkpoint as ck
+
+    raced = []
+
+    def cleaner_got_there_first(fd, operation):
+        if not raced and operation == fcntl.LOCK_EX:
+            raced.extend(p.name for p in tmp_path.glob(".*.tmp"))
+            for temporary in tmp_path.glob(".*.tmp"):
+                temporary.unlink()
+        return fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(ck, "fcntl", types.SimpleNamespace(flock=cleaner_got_there_first, LOCK_EX=fcntl.LOCK_EX,
+                                                           LOCK_NB=fcntl.LOCK_NB))
+    path = save_checkpoint(tmp_path, model=nn.Linear(2, 1), step=1)
+    assert len(raced) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_name(1)]
+    assert load_checkpoint(path, model=nn.Linear(2, 1)).step == 1
+
+
+def test_without_flock_old_temporaries_are_removed(tmp_path, monkeypatch):
+    """Windows has no fcntl: there an unlocked temporary file counts as abandoned after an hour."""
+    import time
+
+    from utils import checkpoint as ck
+
+    monkeypatch.setattr(ck, "fcntl", None)
+    old, fresh = tmp_path / ".checkpoint_00000001.pt.aaaaaaaa.tmp", tmp_path / ".checkpoint_00000002.pt.bbbbbbbb.tmp"
+    for path in (old, fresh):
+        path.write_bytes(b"left by a killed save")
+    hours_ago = time.time() - 2 * ck.STALE_TEMP_SECONDS
+    os.utime(old, (hours_ago, hours_ago))
+    path = save_checkpoint(tmp_path, model=nn.Linear(2, 1), step=3)
+    assert not old.exists() and fresh.exists()
+    assert load_checkpoint(path, model=nn.Linear(2, 1)).step == 3
+
+
+class _FullDisk(io.RawIOBase):
+    """A file that accepts ``room`` bytes and then fails as a full disk does (ENOSPC)."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        if len(b) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(b)
+        return self.f.write(b)
+
+
+def test_full_disk_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    model = nn.Linear(2, 1)
+    save_checkpoint(tmp_path, model=model, step=1)
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: real_save(obj, _FullDisk(f, 5000), *a, **k))
+    with pytest.raises(OSError) as err:
+        save_checkpoint(tmp_path, model=model, step=2)
+    monkeypatch.undo()
+    assert err.value.errno == errno.ENOSPC
+    assert "no space left" in str(err.value) and str(tmp_path / checkpoint_name(2)) in str(err.value)
+    assert "unexpected pos" in str(err.value.__cause__)  # torch's own message stays reachable
+    assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_name(1)]
+
+
+def test_file_size_limit_is_named(tmp_path):
+    """The real kernel path: beyond RLIMIT_FSIZE a write fails with EFBIG (Python ignores SIGXFSZ)."""
+    import resource
+    import signal
+
+    if signal.getsignal(signal.SIGXFSZ) != signal.SIG_IGN:
+        pytest.skip("SIGXFSZ is not ignored in this process")
+    big = nn.Linear(200, 200)  # 160 KB of weights
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+    try:
+        with pytest.raises(OSError) as err:
+            save_checkpoint(tmp_path, model=big, step=1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert err.value.errno == errno.EFBIG and "file size limit" in str(err.value)
+    assert str(tmp_path / checkpoint_name(1)) in str(err.value) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_load_lists_again_when_the_newest_is_pruned(tmp_path, monkeypatch, fallback):
+    from utils import checkpoint as ck
+
+    model = nn.Linear(2, 1)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, model=model, step=step)
+    real_list = ck.list_checkpoints
+    pruned = []
+
+    def trainer_prunes_after_listing(folder):
+        found = real_list(folder)
+        if not pruned:  # between the reader's listing and its open, the trainer saves step 4, keeping 1
+            pruned.append(True)
+            save_checkpoint(tmp_path, model=model, step=4, keep_last=1)
+        return found
+
+    monkeypatch.setattr(ck, "list_checkpoints", trainer_prunes_after_listing)
+    info = load_checkpoint(tmp_path, model=nn.Linear(2, 1), fallback=fallback)
+    assert pruned and info.step == 4 and info.skipped == []
+
+
+@pytest.mark.parametrize("umask, mode", [(0o077, 0o600), (0o022, 0o644)], ids=["umask 077", "umask 022"])
+def test_file_mode_follows_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        path = save_checkpoint(tmp_path, model=nn.Linear(2, 1), step=1)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+class _Booby:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (io.open, (self.marker, "w"))
+
+
+def test_malicious_pickle_refused_even_when_the_environment_asks_for_unsafe_loads(tmp_path, monkeypatch):
+    model = nn.Linear(2, 1)
+    path = save_checkpoint(tmp_path, model=model, step=1)
+    payload = torch.load(path, weights_only=True)
+    marker = tmp_path / "code_ran"
+    payload["extra"] = {"bonus": _Booby(str(marker))}
+    torch.save(payload, path)
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # makes the *default* weights_only False
+    with pytest.raises(CheckpointError, match="UnpicklingError"):
+        load_checkpoint(path, model=model)
+    assert not marker.exists()
+
+
+def test_files_written_without_crc_load(tmp_path):
+    model = nn.Linear(2, 1)
+    path = save_checkpoint(tmp_path, model=model, step=1)
+    payload = torch.load(path, weights_only=True)
+    torch.serialization.set_crc32_options(False)
+    try:
+        plain = tmp_path / "plain_torch_save.pt"
+        torch.save(payload, plain)  # a course payload written by torch.save: no SHA-256 at its end
+        ours = save_checkpoint(tmp_path, model=model, step=2)
+    finally:
+        torch.serialization.set_crc32_options(True)
+    for written in (plain, ours):
+        with zipfile.ZipFile(written) as zf:
+            assert {info.CRC for info in zf.infolist()} == {0}  # what "CRC off" stores: zeros
+        assert load_checkpoint(written, model=model).step in (1, 2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_map_location_of_a_missing_device_gets_the_right_advice(tmp_path):
+    model = nn.Linear(2, 1)
+    for step in (1, 2):
+        save_checkpoint(tmp_path, model=model, step=step)
+    with pytest.raises(ValueError, match=r"map_location='cuda'.*map_location='cpu'") as err:
+        load_checkpoint(tmp_path, model=model, map_location="cuda")
+    assert "fallback" not in str(err.value) and not isinstance(err.value, CheckpointError)
+
+
+def test_module_prefix_in_a_course_file_is_hinted(tmp_path):
+    from utils.checkpoint import atomic_torch_save
+
+    model = nn.Linear(2, 1)
+    path = save_checkpoint(tmp_path, model=model, step=1)
+    payload = torch.load(path, weights_only=True)
+    payload["model"] = nn.DataParallel(model).state_dict()  # written by hand from a wrapped model
+    atomic_torch_save(payload, path)
+    with pytest.raises(RuntimeError, match=r"start with 'module\.'") as err:
+        load_checkpoint(path, model=nn.Linear(2, 1))
+    assert "consume_prefix_in_state_dict_if_present" in str(err.value) and "notebook 06" in str(err.value)

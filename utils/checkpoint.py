@@ -18,10 +18,12 @@ prefix from ``DataParallel``/``DistributedDataParallel``, no ``_orig_mod.`` from
 ``torch.compile``), the optimizer, LR scheduler and ``GradScaler`` states when given, ``epoch``,
 ``step``, a small ``extra`` dict of plain values, and the random number generator states of
 Python, NumPy and torch (CPU, and every CUDA device when CUDA is available), keyed by the rank of
-the process they belong to. Everything is stored as tensors or plain Python values, so the file
-loads with ``torch.load(..., weights_only=True)``, which refuses the classes and functions that a
-malicious pickle needs (an allow-list, a mitigation rather than a sandbox: keep PyTorch updated,
-and share weights with people you do not trust as safetensors).
+the process they belong to, and the class names of the optimizer and scheduler. Everything is
+stored as tensors or plain Python values, so the file loads with ``torch.load(...,
+weights_only=True)``, which refuses the classes and functions that a malicious pickle needs (an
+allow-list, a mitigation rather than a sandbox: keep PyTorch updated, and share weights with people
+you do not trust as safetensors). :func:`load_checkpoint` passes ``weights_only=True`` explicitly:
+the environment variable ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` turns off only the default.
 
 Random states and ranks: each process of a distributed run has its own generators. By default a
 checkpoint holds only the states of the process that saved it, under its rank
@@ -37,11 +39,18 @@ on the saving rank and pass them as ``rng_states={rank: state}``::
 
 (or resume with ``restore_rng=False`` and accept a run that is not bit-identical).
 
-How a save survives a crash: the file is written to a temporary name in the same folder,
-flushed and ``fsync``-ed, then renamed over the final name with ``os.replace`` and the folder is
-``fsync``-ed. On a local POSIX filesystem (Linux, macOS) ``rename`` is atomic: a process killed at
-any moment leaves either the old file or the new one under the final name, never half of one (at
-worst a hidden ``.*.tmp`` file, which loading ignores and which can be deleted). On Windows
+How a save survives a crash: the file is written to a hidden temporary name in the same folder
+(``.checkpoint_<N>.pt.<random>.tmp``, with the permissions that the umask gives, as for
+``open()``), flushed and ``fsync``-ed, then renamed over the final name with ``os.replace`` and the
+folder is ``fsync``-ed. On a local POSIX filesystem (Linux, macOS) ``rename`` is atomic: a process
+killed at any moment leaves either the old file or the new one under the final name, never half of
+one. What a killed save leaves is its temporary file, which loading ignores. Its writer holds a lock
+(``flock``) on it until the rename, and the lock dies with the process, so the next save into the
+folder deletes the temporary files that nobody locks, never one that a live writer is still writing
+(on Windows, which has no ``flock``, those older than an hour). A full disk (or a used-up quota, or
+the process's file size limit) raises ``OSError`` with that errno and a message naming the file,
+instead of torch's ``[enforce fail at inline_container.cc:672] . unexpected pos ...``; the
+temporary file is deleted then, as after any failed save. On Windows
 ``os.replace`` calls ``MoveFileEx`` with ``MOVEFILE_REPLACE_EXISTING``, which Microsoft does not
 document as atomic (and which fails while another process has the target open), and a folder
 cannot be ``fsync``-ed there (the helper skips that step where the OS refuses it). Network and
@@ -53,10 +62,27 @@ Rolling back: saving step ``N`` into a folder first moves every ``checkpoint_<M>
 :func:`latest_checkpoint` can never pick up a stale future step after you resumed from an older
 checkpoint. ``keep_last`` then deletes the oldest files so that the newest ``keep_last`` remain.
 
-How a load notices damage: the zip container's CRC-32 checksums are verified before
-``torch.load`` (PyTorch itself does not check them when reading), and any failure is raised as
-:class:`CheckpointError` naming the file. With ``fallback=True`` the newest *usable* checkpoint
-is loaded instead and the damaged ones are reported in :attr:`LoadedCheckpoint.skipped`.
+How a load notices damage: every file that :func:`atomic_torch_save` writes ends with the SHA-256
+of all its other bytes, stored as the zip archive's comment (which ``torch.load`` and other zip
+readers skip), and :func:`load_checkpoint` compares it before ``torch.load`` runs. Any changed byte
+raises :class:`CheckpointError` naming the file, including a byte of the zip's central directory,
+which the per-record CRC-32s do not cover and where one flipped bit can make ``torch.load`` return
+a tensor of garbage (bytes from elsewhere, or uninitialised memory) without an error. Why a digest *inside* the file: the atomic rename then publishes
+data and digest in one step. A sidecar file would need a second rename, and a crash between the
+two would leave a checkpoint and a digest that disagree; checking the zip structure record by
+record (directory against local headers, each record's size against the storage the pickle
+expects) is long code that still trusts whatever it forgets. The digest detects damage, not
+tampering (anybody can recompute it), which is why the load still uses ``weights_only=True``. A
+file without one (written by plain ``torch.save``, or by an older version of this module) gets the
+weaker check of each record's CRC-32, none when it was written with CRC-32s off (they are all 0
+then). With ``fallback=True`` the newest *usable* checkpoint is loaded instead and the damaged ones
+are reported in :attr:`LoadedCheckpoint.skipped`. A file that a concurrent save deletes between
+the listing and the read (``keep_last`` pruning) is not damaged: the folder is listed again.
+
+Loading is all or nothing: the model's keys and shapes, the optimizer's and scheduler's classes,
+the optimizer's parameter groups and the random states are checked before anything changes, so
+a failed :func:`load_checkpoint` leaves the model, optimizer, scheduler, scaler and generators as
+they were.
 
 Not saved: the position of a ``DataLoader`` iterator. Make each epoch's shuffle depend only on
 ``(seed, epoch)`` (a ``torch.Generator`` seeded per epoch) and skip the batches already done
@@ -65,15 +91,25 @@ when resuming mid-epoch; notebook 06 shows the pattern.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import os
 import random
 import re
-import tempfile
+import secrets
+import struct
+import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 import numpy as np
 import torch
@@ -96,11 +132,25 @@ __all__ = [
 
 CHECKPOINT_FORMAT = "torch-course-checkpoint"
 """Value of the ``"format"`` key of every file written by :func:`save_checkpoint`."""
-FORMAT_VERSION = 2
-"""Version 2 stores ``"rng"`` as ``{rank: rng_state_dict()}``; version 1 held one state (read as rank 0)."""
+FORMAT_VERSION = 3
+"""Version 3 files end with their SHA-256 and name the optimizer's and scheduler's classes; version 2
+stores ``"rng"`` as ``{rank: rng_state_dict()}``; version 1 held one state (read as rank 0)."""
 SUPERSEDED_DIR = "superseded"
 """Sub-folder that receives checkpoints with a larger number than the one being saved (a rollback)."""
-_NAME_RE = re.compile(r"^checkpoint_(\d+)\.pt$")
+_NAME_PATTERN = r"checkpoint_(\d+)\.pt"
+_NAME_RE = re.compile(f"^{_NAME_PATTERN}$")
+_EOCD_SIGNATURE, _EOCD_SIZE = b"PK\x05\x06", 22
+"""The end-of-central-directory record that ends a zip file (followed only by the archive comment)."""
+_DIGEST_PREFIX = b"torch-course-sha256:"
+_DIGEST_SIZE = len(_DIGEST_PREFIX) + 64
+STALE_TEMP_SECONDS = 3600
+"""On Windows (no ``flock``), the age after which an unlocked temporary file counts as abandoned."""
+_NO_ROOM = {
+    errno.ENOSPC: ("no space left on the device", "free some space, or save elsewhere"),
+    errno.EFBIG: ("the file would exceed this process's file size limit", "raise it (ulimit -f), or save less"),
+}
+if hasattr(errno, "EDQUOT"):
+    _NO_ROOM[errno.EDQUOT] = ("no space left within the disk quota", "free some space, or save elsewhere")
 
 
 class CheckpointError(ValueError):
@@ -134,6 +184,11 @@ def _as_path(value: Any, name: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or os.PathLike, got {type(value).__name__}")
     return Path(value)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 def _check_count(value: Any, name: str, minimum: int) -> None:
@@ -180,6 +235,10 @@ def _check_plain(value: Any, where: str) -> None:
         f"{where} is a {type(value).__name__}: extra may hold only None, bool, int, float, str, tensors "
         f"and lists/tuples/dicts of them, so that the file loads with weights_only=True{hint}"
     )
+
+
+def _class_name(component: Any) -> str | None:
+    return None if component is None else type(component).__qualname__
 
 
 def checkpoint_name(number: int) -> str:
@@ -278,16 +337,28 @@ def rng_state_dict() -> dict[str, Any]:
 
 
 def load_rng_state_dict(state: Mapping[str, Any]) -> None:
-    """Restore the generators saved by :func:`rng_state_dict`.
+    """Restore the generators saved by :func:`rng_state_dict`, all of them or none.
 
     CUDA states are restored for as many devices as both the file and this machine have; on a
     machine without CUDA they are ignored (a GPU run resumed on a CPU cannot repeat GPU dropout).
 
     Raises:
         TypeError: ``state`` is not a mapping.
-        ValueError: a key (``python``, ``numpy``, ``torch``) is missing.
+        ValueError: a key (``python``, ``numpy``, ``torch``) is missing, or a state is malformed (a
+            generator refuses it); every generator then keeps the state it had before the call.
     """
     _check_rng_state(state, "RNG state")
+    before = rng_state_dict()
+    try:
+        _set_rng_states(state)
+    except Exception as err:  # random, NumPy and torch each raise their own types for a malformed state
+        _set_rng_states(before)
+        raise ValueError(
+            f"RNG state cannot be restored ({type(err).__name__}: {_first_line(err)}); the generators are unchanged"
+        ) from err
+
+
+def _set_rng_states(state: Mapping[str, Any]) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]
@@ -330,37 +401,159 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _sha256(f: BinaryIO, size: int) -> bytes:
+    """Hex SHA-256 of the first ``size`` bytes of the open file ``f``."""
+    f.seek(0)
+    digest = hashlib.sha256()
+    while size > 0:
+        chunk = f.read(min(size, 1 << 20))
+        if not chunk:
+            break
+        digest.update(chunk)
+        size -= len(chunk)
+    return digest.hexdigest().encode()
+
+
+def _append_digest(f: BinaryIO) -> None:
+    """End the zip file that ``torch.save`` just wrote to ``f`` with the SHA-256 of all its bytes.
+
+    The digest becomes the zip archive's comment, the only place the zip format leaves free at the
+    end: the comment's length goes into the last two bytes of the end-of-central-directory record
+    (0 as torch writes it), the digest covers every byte up to there, and the comment follows.
+    Zip readers, ``torch.load`` included, skip the comment.
+    """
+    end = f.seek(0, os.SEEK_END)
+    f.seek(end - _EOCD_SIZE)
+    record = f.read(_EOCD_SIZE)
+    if not (record.startswith(_EOCD_SIGNATURE) and record.endswith(b"\0\0")):
+        raise RuntimeError("torch.save wrote a zip file that does not end with an empty comment; cannot add the checksum")
+    f.seek(end - 2)
+    f.write(struct.pack("<H", _DIGEST_SIZE))
+    f.flush()
+    digest = _sha256(f, end)
+    f.seek(end)
+    f.write(_DIGEST_PREFIX + digest)
+
+
+def _create_temp(target: Path) -> tuple[int, Path]:
+    """Create and lock the hidden temporary file of a save of ``target``; return its descriptor and path.
+
+    ``os.open`` with mode 0o666 lets the umask decide the permissions, as ``open()`` and a plain
+    ``torch.save(path)`` do (``tempfile.mkstemp`` would always give 0o600). The lock (``flock``) is
+    held until the file has its final name; it goes with the process, so a temporary file that
+    nobody locks belongs to a dead writer (:func:`_remove_if_abandoned`).
+    """
+    while True:
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        except FileExistsError:
+            continue
+        if fcntl is None:  # Windows: no flock; cleaners go by the file's age there
+            return fd, tmp
+        with contextlib.suppress(OSError):  # a filesystem without locks: cleaners cannot lock it either
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink:
+            return fd, tmp
+        os.close(fd)  # a cleaner took it for abandoned between os.open and flock: take another name
+
+
+def _remove_if_abandoned(tmp: Path) -> None:
+    """Delete the temporary file of a save unless its writer is still alive."""
+    if fcntl is None:  # Windows: no flock; an old file is abandoned (one its writer holds open cannot be deleted)
+        with contextlib.suppress(OSError):
+            if time.time() - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
+                tmp.unlink()
+        return
+    try:
+        fd = os.open(tmp, os.O_RDWR)  # read-write: NFS emulates flock with write locks
+    except OSError:
+        return  # gone already, or another user's
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # locked (BlockingIOError): its writer is alive
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # while we hold the lock: a writer locking after us sees the file gone and starts again
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_temporaries(folder: Path, names: str) -> None:
+    """Delete what killed saves left in ``folder``: temporary files (``names``: a regex of final names)."""
+    pattern = re.compile(rf"^\.(?:{names})\.[0-9a-z_]{{8}}\.tmp$")
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if pattern.match(entry.name):
+                _remove_if_abandoned(Path(entry.path))
+
+
+def _out_of_space(err: BaseException, target: Path) -> OSError | None:
+    """``err`` as a short error naming ``target`` when a full disk or a size limit caused it, else None.
+
+    Writing to a file object, ``torch.save`` turns the ``OSError`` of a full disk into a bare
+    ``RuntimeError`` ("[enforce fail at inline_container.cc:672] . unexpected pos 5120 vs 5014"),
+    keeping the ``OSError`` only as its ``__context__``; so the whole chain is searched.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in _NO_ROOM:
+            reason, advice = _NO_ROOM[cause.errno]
+            return OSError(
+                cause.errno,
+                f"cannot save {target}: {reason} ({cause.strerror}); {advice}. "
+                "The previous file of that name is unchanged and no temporary file was left.",
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def atomic_torch_save(obj: Any, target: str | os.PathLike[str]) -> Path:
     """``torch.save(obj, target)`` such that ``target`` is never seen half-written.
 
-    The bytes go to a temporary file in the same folder, are flushed and fsync'ed, and then
-    ``os.replace`` puts the file under its final name in one step (the folder is fsync'ed too,
-    where the OS allows it). An exception (or a crash) leaves the previous file untouched.
-    Returns the target path. The rename is atomic on local POSIX filesystems only; see the module
-    docstring for Windows and network filesystems.
+    The bytes go to a temporary file in the same folder (locked while it is written), end with the
+    SHA-256 of the file (the zip's comment, which ``torch.load`` ignores and :func:`load_checkpoint`
+    verifies), are flushed and fsync'ed, and then ``os.replace`` puts the file under its final name
+    in one step (the folder is fsync'ed too, where the OS allows it). An exception (or a crash)
+    leaves the previous file untouched; temporary files that killed saves of ``target`` left behind
+    are deleted afterwards. The file's permissions follow the umask. Returns the target path. The
+    rename is atomic on local POSIX filesystems only; see the module docstring for Windows and
+    network filesystems.
+
+    Raises:
+        TypeError: ``target`` is not a str or path.
+        OSError: with the errno of the failure; for a full disk (``ENOSPC``), a used-up quota
+            (``EDQUOT``) or the process's file size limit (``EFBIG``) a message that names the file.
     """
     target = _as_path(target, "target")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    tmp = Path(tmp_name)
-    crc_was_on = torch.serialization.get_crc32_options()
+    fd, tmp = -1, None
     try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o644)  # mkstemp makes 0600; torch.save(path) gives 0644 under umask 022
-        with os.fdopen(fd, "wb") as f:
-            if not crc_was_on:  # load_checkpoint verifies the zip checksums
-                torch.serialization.set_crc32_options(True)
+        fd, tmp = _create_temp(target)
+        with open(fd, "w+b", closefd=False) as f:
             torch.save(obj, f)
+            _append_digest(f)
             f.flush()
-            os.fsync(f.fileno())
+            os.fsync(fd)
+        if fcntl is None:  # Windows cannot rename a file that is open
+            os.close(fd)
+            fd = -1
         os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    except BaseException as err:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        short = _out_of_space(err, target)
+        if short is None:
+            raise
+        raise short from err
     finally:
-        if not crc_was_on:
-            torch.serialization.set_crc32_options(False)
+        if fd >= 0:
+            os.close(fd)  # and with it the lock, only now that the file has its final name
     _fsync_dir(target.parent)
+    _remove_stale_temporaries(target.parent, re.escape(target.name))
     return target
 
 
@@ -400,7 +593,8 @@ def save_checkpoint(
 
     The RNG states (Python, NumPy, torch CPU/CUDA) are always saved. Only the final rename makes
     the new file visible, so an exception or a killed process during the save leaves the previous
-    checkpoints untouched and nothing under the new name.
+    checkpoints untouched and nothing under the new name. In folder mode, the temporary files that
+    killed saves left in the folder are deleted afterwards (see :func:`atomic_torch_save`).
 
     Rollback: in folder mode, checkpoints with a *larger* number than the one being written are
     first moved into the sub-folder ``superseded/`` (replacing a file of the same name there):
@@ -411,6 +605,7 @@ def save_checkpoint(
             wrong type.
         ValueError: a negative number, ``keep_last < 1``, ``keep_last`` with a file name, or a
             folder without ``step`` or ``epoch`` to name the file.
+        OSError: the file cannot be written; a full disk says so and names the file.
     """
     target = _as_path(path, "path")
     _check_components(model, optimizer, scheduler, scaler)
@@ -455,6 +650,7 @@ def save_checkpoint(
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "scaler": None if scaler is None else scaler.state_dict(),
+        "classes": {"optimizer": _class_name(optimizer), "scheduler": _class_name(scheduler)},
         "rng": rng,
         "extra": extra_dict,
     }
@@ -467,38 +663,83 @@ def save_checkpoint(
         _fsync_dir(target.parent)
     atomic_torch_save(payload, target)
 
-    if folder_mode and keep_last is not None:
-        for old in list_checkpoints(target.parent)[:-keep_last]:
-            if old != target:
-                old.unlink(missing_ok=True)
+    if folder_mode:
+        if keep_last is not None:
+            for old in list_checkpoints(target.parent)[:-keep_last]:
+                if old != target:
+                    old.unlink(missing_ok=True)
+        _remove_stale_temporaries(target.parent, _NAME_PATTERN)  # of every step, not only this one
     return target
 
 
 # --------------------------------------------------------------------------- loading
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "(no message)"
+def _check_digest(f: BinaryIO, path: Path) -> bool:
+    """Whether the open file ends with the SHA-256 that :func:`atomic_torch_save` appends; it must match.
+
+    Returns False for a file without one (written by plain ``torch.save``, or by older versions).
+    A file counts as having one when its last bytes start with the digest's prefix *or* its zip
+    record says that a comment of the digest's length follows: one changed byte cannot hide both.
+
+    Raises:
+        CheckpointError: the file ends with a digest that its bytes do not match.
+    """
+    size = os.fstat(f.fileno()).st_size
+    if size < _EOCD_SIZE + _DIGEST_SIZE:
+        return False
+    f.seek(size - _EOCD_SIZE - _DIGEST_SIZE)
+    record, stored = f.read(_EOCD_SIZE), f.read()
+    if not (stored.startswith(_DIGEST_PREFIX) or record == record[:20] + struct.pack("<H", _DIGEST_SIZE)
+            and record.startswith(_EOCD_SIGNATURE)):
+        return False
+    if _DIGEST_PREFIX + _sha256(f, size - _DIGEST_SIZE) != stored:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: the checksum (SHA-256) of its bytes does not match the one stored at its end"
+        )
+    return True
 
 
-def _read(path: Path, map_location: Any, verify: bool) -> dict[str, Any]:
-    """Verify and load one checkpoint file; every failure is a :class:`CheckpointError`."""
+def _check_zip_crcs(f: BinaryIO, path: Path) -> None:
+    """What can be checked in a file without a SHA-256: that it is a zip file, and each record's CRC-32.
+
+    Neither covers the zip's central directory. A file written with CRC-32s off
+    (``torch.serialization.set_crc32_options(False)``) stores 0 for every record: nothing to compare.
+    """
     try:
-        with zipfile.ZipFile(path) as zf:
-            bad_member = zf.testzip() if verify else None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError) as err:
+        with zipfile.ZipFile(f) as zf:
+            unchecked = all(info.CRC == 0 for info in zf.infolist())
+            bad_member = None if unchecked else zf.testzip()
+    except Exception as err:  # BadZipFile, EOFError, NotImplementedError ("zip file version"), RuntimeError...
         raise CheckpointError(
             f"checkpoint {path} is truncated or corrupt ({type(err).__name__}: {_first_line(err)})"
         ) from err
     if bad_member is not None:
         raise CheckpointError(f"checkpoint {path} is corrupt: the checksum of {bad_member} does not match")
+
+
+def _read(path: Path, map_location: Any, verify: bool) -> dict[str, Any]:
+    """Verify and load one checkpoint file; every failure is a :class:`CheckpointError`.
+
+    Except ``FileNotFoundError``: the file was deleted (pruned by a save) since it was listed. It is
+    opened once, so a deletion after that changes nothing (on POSIX systems).
+    """
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ValueError...
-        raise CheckpointError(
-            f"checkpoint {path} cannot be loaded ({type(err).__name__}: {_first_line(err)})"
-        ) from err
+        with open(path, "rb") as f:
+            has_digest = verify and _check_digest(f, path)
+            if verify and not has_digest:
+                _check_zip_crcs(f, path)
+            f.seek(0)
+            try:  # weights_only explicit: TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 changes only the default
+                payload = torch.load(f, map_location=map_location, weights_only=True)
+            except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ValueError...
+                raise CheckpointError(
+                    f"checkpoint {path} cannot be loaded ({type(err).__name__}: {_first_line(err)})"
+                ) from err
+    except OSError as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(err).__name__}: {_first_line(err)})") from err
     if not (
         isinstance(payload, dict)
         and payload.get("format") == CHECKPOINT_FORMAT
@@ -511,6 +752,195 @@ def _read(path: Path, map_location: Any, verify: bool) -> dict[str, Any]:
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(f"checkpoint {path} has format version {version!r}; this code reads <= {FORMAT_VERSION}")
     return payload
+
+
+def _check_map_location(map_location: Any) -> None:
+    """Refuse a device this machine does not have before reading anything: no other file can help then."""
+    targets = list(map_location.values()) if isinstance(map_location, Mapping) else [map_location]
+    for where in targets:
+        if not isinstance(where, (str, torch.device)):
+            continue  # None or a function: torch.load decides
+        try:
+            device = torch.device(where)
+        except RuntimeError as err:
+            raise ValueError(f"map_location={map_location!r} is not a device ({_first_line(err)})") from err
+        available = getattr(getattr(torch, device.type, None), "is_available", None)  # torch.cuda, torch.mps...
+        if callable(available) and not available():
+            raise ValueError(
+                f"map_location={map_location!r} names a {device.type} device, but this machine has none "
+                f"(torch.{device.type}.is_available() is False): load with map_location='cpu' (the default); "
+                "load_state_dict then copies the values onto the device the model is on"
+            )
+
+
+def _candidates(source: Path, fallback: bool) -> Callable[[], list[Path]]:
+    """A function listing the files to try, newest first; called again when one was deleted meanwhile."""
+    if source.is_dir():
+        return lambda: list_checkpoints(source)[::-1]
+    if not source.is_file():
+        raise FileNotFoundError(f"checkpoint {source} does not exist")
+    number = _number(source)
+    if not fallback or number < 0:
+        return lambda: [source]
+    return lambda: [source, *(p for p in list_checkpoints(source.parent)[::-1] if _number(p) < number)]
+
+
+def _has_older(path: Path) -> bool:
+    number = _number(path)
+    return number >= 0 and any(_number(p) < number for p in list_checkpoints(path.parent))
+
+
+def _read_newest_usable(
+    source: Path, listing: Callable[[], list[Path]], map_location: Any, verify: bool, fallback: bool
+) -> tuple[dict[str, Any], Path, list[tuple[Path, str]]]:
+    """The payload of the first listed file that loads (only the first with ``fallback=False``).
+
+    A file deleted between the listing and its opening (a concurrent save pruned it, or replaced
+    the newest) is not damage: the folder is listed again and the newest file not yet tried is next.
+    """
+    failed: list[tuple[Path, CheckpointError]] = []
+    tried: set[Path] = set()
+    while fallback or not failed:
+        remaining = [p for p in listing() if p not in tried]
+        if not remaining:
+            break
+        tried.add(remaining[0])
+        try:
+            payload = _read(remaining[0], map_location, verify)
+        except FileNotFoundError:
+            continue
+        except CheckpointError as err:
+            failed.append((remaining[0], err))
+            continue
+        return payload, remaining[0], [(p, str(err)) for p, err in failed]
+    if not failed:
+        if source.is_dir():
+            raise FileNotFoundError(f"no checkpoint_*.pt file in {source}")
+        raise FileNotFoundError(f"checkpoint {source} was deleted before it could be read")
+    if not fallback:
+        path, err = failed[0]
+        hint = "; pass fallback=True to load an older checkpoint" if _has_older(path) else ""
+        raise CheckpointError(f"{err}{hint}") from err
+    reasons = "\n".join(f"  - {err}" for _, err in failed)
+    raise CheckpointError(f"no usable checkpoint among {len(failed)} file(s):\n{reasons}") from failed[-1][1]
+
+
+def _listed(label: str, items: list[str], most: int = 5) -> list[str]:
+    """``["label a, b, c and 4 more"]``, or ``[]`` without items."""
+    if not items:
+        return []
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return [f"{label} {', '.join(items[:most])}{more}"]
+
+
+def _shapes_differ(saved: torch.Tensor, current: torch.Tensor) -> bool:
+    """What ``load_state_dict`` calls a size mismatch."""
+    if torch.nn.parameter.is_lazy(current):
+        return False
+    if current.dim() == 0 and saved.shape == (1,):  # accepted for files of PyTorch 0.3
+        return False
+    return saved.shape != current.shape
+
+
+def _prefix_hint(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+    """How to fix a file whose keys all carry a wrapper's prefix that the model's keys lack ("" otherwise)."""
+    for prefix, wrapper in (("module.", "DataParallel or DistributedDataParallel"), ("_orig_mod.", "torch.compile")):
+        if saved and all(k.startswith(prefix) for k in saved) and not any(k.startswith(prefix) for k in expected):
+            return (
+                f". All its keys start with '{prefix}': the state_dict of a {wrapper} wrapper, which "
+                "save_checkpoint never writes (it unwraps the model). Strip the prefix: payload = "
+                "torch.load(file, weights_only=True); torch.nn.modules.utils.consume_prefix_in_state_dict_if_present("
+                f"payload['model'], '{prefix}'); utils.checkpoint.atomic_torch_save(payload, file) "
+                '(notebook 06, section 8, "The module. prefix of DataParallel and DDP")'
+            )
+    return ""
+
+
+def _check_model_fits(saved: Mapping[str, Any], module: nn.Module, strict: bool, path: Path) -> None:
+    """Raise what ``module.load_state_dict(saved, strict=strict)`` would raise, before it copies anything.
+
+    ``load_state_dict`` copies each module's tensors as it goes and reports all problems at the end:
+    a size mismatch in the last layer leaves the first layers overwritten. Keys and shapes are the
+    checks it makes for modules without load hooks of their own (PyTorch's modules included).
+    """
+    expected = module.state_dict()
+    problems = []
+    if strict:
+        problems += _listed("missing keys", [k for k in expected if k not in saved])
+        problems += _listed("unexpected keys", [k for k in saved if k not in expected])
+    mismatched = [
+        f"{key}: {tuple(value.shape)} in the checkpoint, {tuple(expected[key].shape)} in the model"
+        for key, value in saved.items()
+        if isinstance(value, torch.Tensor)
+        and isinstance(expected.get(key), torch.Tensor)
+        and _shapes_differ(value, expected[key])
+    ]
+    problems += _listed("size mismatch for", mismatched)
+    if problems:
+        raise RuntimeError(
+            f"checkpoint {path} does not fit the model {type(module).__name__} (build the model with the "
+            f"architecture it was saved from): {'; '.join(problems)}{_prefix_hint(saved, expected)}"
+        )
+
+
+def _check_optimizer_fits(saved: Any, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """The check of ``optimizer.load_state_dict``, before anything is loaded: the same parameter groups."""
+    groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
+    if not isinstance(groups, list) or not all(isinstance(g, Mapping) and "params" in g for g in groups):
+        raise CheckpointError(f"checkpoint {path} holds a malformed optimizer state")
+    sizes = [len(g["params"]) for g in groups]
+    wanted = [len(g["params"]) for g in optimizer.param_groups]
+    if sizes != wanted:
+        raise ValueError(
+            f"checkpoint {path} holds the optimizer state of parameter groups of sizes {sizes}, but the optimizer "
+            f"has {wanted}: build it over the same parameters, in the same groups, as the run that saved it "
+            "(or load without optimizer=, which then starts fresh)"
+        )
+
+
+def _check_components_fit(
+    payload: Mapping[str, Any], path: Path, module: nn.Module, strict: bool,
+    optimizer: Any, scheduler: Any, scaler: Any,
+) -> None:
+    """Everything that can be checked without changing the objects; nothing is loaded before it passed."""
+    recorded = payload.get("classes") or {}
+    for component, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
+        if component is None:
+            continue
+        if payload.get(key) is None:
+            raise ValueError(
+                f"checkpoint {path} holds no {key} state, but {key}= was passed: it was saved without "
+                f"save_checkpoint(..., {key}=...); load it without {key}= (that part then starts fresh)"
+            )
+        if recorded.get(key) not in (None, _class_name(component)):
+            raise ValueError(
+                f"checkpoint {path} was saved with the {key} {recorded[key]}, but {key}= is an instance of "
+                f"{_class_name(component)}: build the {key} the run used, or load without {key}= (it then starts fresh)"
+            )
+    _check_model_fits(payload["model"], module, strict, path)
+    if optimizer is not None:
+        _check_optimizer_fits(payload["optimizer"], optimizer, path)
+    if scaler is not None and scaler.is_enabled() and not payload["scaler"]:
+        raise ValueError(f"checkpoint {path} holds the state of a disabled GradScaler: load without scaler=")
+
+
+def _rng_state_to_restore(payload: Mapping[str, Any], path: Path, rank: int | None) -> Mapping[str, Any] | None:
+    states = payload.get("rng")
+    if states is None:
+        return None
+    if not isinstance(states, Mapping):
+        raise CheckpointError(f"checkpoint {path} holds malformed random states; load it with restore_rng=False")
+    if payload.get("version") == 1 or "python" in states:  # version 1: one state, saved by rank 0
+        states = {0: states}
+    me = _current_rank() if rank is None else int(rank)
+    if me not in states:
+        raise ValueError(
+            f"checkpoint {path} holds the random states of rank(s) {sorted(states)}, not of rank {me}: "
+            "restoring another rank's generators would give this rank the same random numbers. "
+            "Save with rng_states={rank: rng_state_dict()} gathered from every rank, "
+            "or load with restore_rng=False (the resume is then not bit-identical)"
+        )
+    return states[me]
 
 
 def load_checkpoint(
@@ -527,12 +957,19 @@ def load_checkpoint(
     verify: bool = True,
     rank: int | None = None,
 ) -> LoadedCheckpoint:
-    """Restore a checkpoint written by :func:`save_checkpoint` into the given objects.
+    """Restore a checkpoint written by :func:`save_checkpoint` into the given objects, all or nothing.
+
+    Everything is checked before anything changes: if this raises, the model, optimizer,
+    scheduler, scaler and random generators hold what they held before the call.
 
     Args:
-        path: a checkpoint file, or a folder (its newest ``checkpoint_*.pt`` is loaded).
+        path: a checkpoint file, or a folder (its newest ``checkpoint_*.pt`` is loaded; a file
+            deleted by a concurrent save between listing and reading is skipped, and the folder
+            listed again).
         model: receives the saved ``state_dict`` (unwrapped from DataParallel/DDP/``torch.compile``).
-        optimizer, scheduler, scaler: restored when given; the file must contain their states.
+        optimizer, scheduler, scaler: restored when given; the file must contain their states, of
+            the same classes (files of version 3 record them), and the optimizer the same
+            parameter groups.
         map_location: where tensors are materialised while loading (``torch.load``'s argument).
             The default ``"cpu"`` never allocates on a GPU the file names (in DDP every rank would
             otherwise load onto the saving rank's device); ``load_state_dict`` then copies the values
@@ -547,8 +984,8 @@ def load_checkpoint(
             without a process group.
         fallback: when the file is truncated or corrupt, load the newest older checkpoint of the
             same folder that works; the damaged ones are listed in ``result.skipped``.
-        verify: check the CRC-32 of every record of the zip file before loading (this reads the
-            file once more; a truncated file is detected either way).
+        verify: check the file's SHA-256 (the CRC-32 of each record for a file without one) before
+            loading; this reads the file once more. A truncated file is detected either way.
 
     Returns:
         A :class:`LoadedCheckpoint` with the path loaded, ``epoch``, ``step``, ``extra``.
@@ -557,12 +994,14 @@ def load_checkpoint(
         TypeError: wrong argument types.
         FileNotFoundError: ``path`` does not exist, or the folder holds no checkpoint.
         CheckpointError: (a ``ValueError``) the file, or with ``fallback=True`` every candidate, is
-            truncated, corrupt or not a course checkpoint; the message names the file(s).
-        ValueError: an optimizer/scheduler/scaler was passed but the file holds no state for it,
-            or ``restore_rng=True`` and the file holds no RNG states for this rank.
-        RuntimeError: the model does not fit the saved weights (``load_state_dict``'s message,
-            prefixed with the file's name). The optimizer, scheduler, scaler and random states are
-            not touched then, but ``load_state_dict`` has already copied the tensors that did fit.
+            truncated, corrupt or not a course checkpoint, or its random state for this rank is
+            malformed; the message names the file(s).
+        ValueError: ``map_location`` names a device this machine lacks; an optimizer/scheduler/scaler
+            was passed but the file holds no state for it, or one of another class, or the
+            optimizer's parameter groups differ; or ``restore_rng=True`` and the file holds no RNG
+            states for this rank.
+        RuntimeError: the model does not fit the saved weights (missing or unexpected keys, a size
+            mismatch; the message names the file and hints at a ``module.`` prefix).
     """
     source = _as_path(path, "path")
     _check_components(model, optimizer, scheduler, scaler)
@@ -570,75 +1009,37 @@ def load_checkpoint(
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     _check_count(rank, "rank", 0)
+    _check_map_location(map_location)
 
-    if source.is_dir():
-        candidates = list_checkpoints(source)[::-1]
-        if not candidates:
-            raise FileNotFoundError(f"no checkpoint_*.pt file in {source}")
-    elif source.is_file():
-        candidates = [source]
-        if _NAME_RE.match(source.name):
-            older = [p for p in list_checkpoints(source.parent) if _number(p) < _number(source)]
-            candidates += older[::-1]
-    else:
-        raise FileNotFoundError(f"checkpoint {source} does not exist")
+    payload, loaded_from, skipped = _read_newest_usable(
+        source, _candidates(source, fallback), map_location, verify, fallback
+    )
+    module = unwrap_model(model)
+    _check_components_fit(payload, loaded_from, module, strict, optimizer, scheduler, scaler)
+    rng_state = _rng_state_to_restore(payload, loaded_from, rank) if restore_rng else None
 
-    skipped: list[tuple[Path, str]] = []
-    errors: list[CheckpointError] = []
-    payload: dict[str, Any] | None = None
-    loaded_from = candidates[0]
-    for candidate in candidates if fallback else candidates[:1]:
-        try:
-            payload = _read(candidate, map_location, verify)
-        except CheckpointError as err:
-            skipped.append((candidate, str(err)))
-            errors.append(err)
-            continue
-        loaded_from = candidate
-        break
-    if payload is None:
-        if not fallback:
-            hint = "; pass fallback=True to load an older checkpoint" if len(candidates) > 1 else ""
-            raise CheckpointError(f"{errors[0]}{hint}") from errors[0]
-        reasons = "\n".join(f"  - {reason}" for _, reason in skipped)
-        raise CheckpointError(f"no usable checkpoint among {len(skipped)} file(s):\n{reasons}") from errors[-1]
-
-    for component, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
-        if component is not None and payload.get(key) is None:
-            raise ValueError(
-                f"checkpoint {loaded_from} holds no {key} state, but {key}= was passed: it was saved without "
-                f"save_checkpoint(..., {key}=...); load it without {key}= (that part then starts fresh)"
-            )
-    rng_state = None
-    if restore_rng and payload.get("rng") is not None:
-        states = payload["rng"]
-        if payload.get("version") == 1 or "python" in states:  # version 1: one state, saved by rank 0
-            states = {0: states}
-        me = _current_rank() if rank is None else int(rank)
-        if me not in states:
-            raise ValueError(
-                f"checkpoint {loaded_from} holds the random states of rank(s) {sorted(states)}, not of rank {me}: "
-                "restoring another rank's generators would give this rank the same random numbers. "
-                "Save with rng_states={rank: rng_state_dict()} gathered from every rank, "
-                "or load with restore_rng=False (the resume is then not bit-identical)"
-            )
-        rng_state = states[me]
-
-    try:
-        incompatible = unwrap_model(model).load_state_dict(payload["model"], strict=strict)
-    except RuntimeError as err:  # missing/unexpected keys or changed shapes: name the file
-        raise RuntimeError(
-            f"checkpoint {loaded_from} does not fit the model {type(unwrap_model(model)).__name__} "
-            f"(build the model with the architecture it was saved from): {err}"
-        ) from err
-    if optimizer is not None:
-        optimizer.load_state_dict(payload["optimizer"])
-    if scheduler is not None:
-        scheduler.load_state_dict(payload["scheduler"])
-    if scaler is not None:
-        scaler.load_state_dict(payload["scaler"])
+    # The random states first: trying them is their only complete check, and a refused one is undone.
+    before = rng_state_dict() if rng_state is not None else None
     if rng_state is not None:
-        load_rng_state_dict(rng_state)
+        try:
+            load_rng_state_dict(rng_state)
+        except (TypeError, ValueError) as err:
+            cause = err.__cause__ or err  # what the generator said, or which key is missing
+            raise CheckpointError(
+                f"checkpoint {loaded_from} holds a malformed random state ({type(cause).__name__}: "
+                f"{_first_line(cause)}); nothing was restored: load it with restore_rng=False to resume "
+                "without it (then not bit-identical)"
+            ) from err
+    try:
+        incompatible = module.load_state_dict(payload["model"], strict=strict)
+        for component, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
+            if component is not None:
+                component.load_state_dict(payload[key])
+    except BaseException as err:  # a module's own load hook refused what the checks let through
+        if before is not None:
+            load_rng_state_dict(before)
+        err.add_note(f"while loading checkpoint {loaded_from}, after its checks passed: the model may be partly loaded")
+        raise
     return LoadedCheckpoint(
         path=loaded_from,
         epoch=payload.get("epoch"),
