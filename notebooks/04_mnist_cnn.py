@@ -864,11 +864,12 @@ assert torch.allclose(layers(batch[:1]), out_eval[:1])
 # costs little at this size.)
 #
 # Two checks are good practice in any loop. Both functions stop at the first batch whose loss is NaN or infinite,
-# name it, and say whether its input is to blame: in training, before `backward()` writes the NaN into every
-# gradient (BatchNorm's running averages have already seen the batch), and in evaluation because NaN logits still
-# have an `argmax`, so an accuracy would come out of them. And `train_steps` refuses an optimizer that holds
-# parameters of another model — what you get by re-running the cell that builds the model but not the one that
-# builds the optimizer: training then runs without an error while the new model's weights never change.
+# name it, and say what is to blame, its input or the model: in training, before `backward()` writes the NaN into
+# every gradient (the forward pass has already added the batch to BatchNorm's running averages, which hold NaN from
+# then on: rebuild the model), and in evaluation because NaN logits still have an `argmax`, so an accuracy would
+# come out of them. And `train_steps` refuses an optimizer that holds parameters of another model — what you get by
+# re-running the cell that builds the model but not the one that builds the optimizer: training then runs without
+# an error while the new model's weights never change.
 # (The cell's first line, `# Shared with benchmarks/ and tests/`, lets `tests/test_mnist_loop.py` run it on its own,
 # with `utils.lesson_code`, and feed these functions bad input.)
 
@@ -882,13 +883,21 @@ from torch import nn
 loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)  # label smoothing: see the recipe above
 
 
-def check_finite(loss, xb, where):
-    """Stop at the first NaN or infinite loss, and say whether the batch's input is to blame."""
-    if not math.isfinite(loss):
-        bad = int((~torch.isfinite(xb)).sum())
-        cause = (f"its input holds {bad} NaN or infinite value(s): check the data" if bad
-                 else "its input is finite, so the model diverged: try a lower learning rate")
-        raise FloatingPointError(f"{where}: the loss is {loss}; {cause}")
+def check_finite(loss, xb, model, where):
+    """Stop at the first NaN or infinite loss, and say what is to blame: the batch's input, or the model."""
+    if math.isfinite(loss):
+        return
+    bad_inputs = int((~torch.isfinite(xb)).sum())
+    bad_tensors = [name for name, t in model.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad_inputs:
+        cause = f"its input holds {bad_inputs} NaN or infinite value(s): check the data"
+    elif bad_tensors:
+        cause = (f"its input is finite, but the model holds NaN or infinity in {', '.join(bad_tensors[:3])}: rebuild "
+                 "it (BatchNorm's running statistics keep a NaN batch seen in training; NaN weights come from a "
+                 "diverged training: lower the learning rate)")
+    else:
+        cause = "its input and the model are finite, so the model's outputs overflowed: try a lower learning rate"
+    raise FloatingPointError(f"{where}: the loss is {loss}; {cause}")
 
 
 def train_steps(model, batches, optimizer, scheduler):
@@ -903,7 +912,8 @@ def train_steps(model, batches, optimizer, scheduler):
         logits = model(xb)
         loss = loss_fn(logits, yb)  # the mean over the batch
         value = loss.item()
-        check_finite(value, xb, f"training step {scheduler.last_epoch + 1} (batch {i} of this call)")  # before backward
+        # before backward(), which would carry a NaN into every gradient and the optimizer into every weight
+        check_finite(value, xb, model, f"training step {scheduler.last_epoch + 1} (batch {i} of this call)")
         loss.backward()
         optimizer.step()
         scheduler.step()  # one-cycle: the learning rate changes every step
@@ -921,7 +931,7 @@ def evaluate(model, loader):
     for i, (xb, yb) in enumerate(loader):
         logits = model(xb)
         loss = loss_fn(logits, yb).item()
-        check_finite(loss, xb, f"evaluation batch {i}")  # NaN logits still have an argmax: no accuracy from them
+        check_finite(loss, xb, model, f"evaluation batch {i}")  # NaN logits still have an argmax: no accuracy from them
         loss_sum += loss * len(yb)
         correct += (logits.argmax(dim=1) == yb).sum().item()
         seen += len(yb)

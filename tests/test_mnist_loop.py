@@ -1,6 +1,8 @@
 """Notebook 04's training loop (``train_steps`` and ``evaluate``, section 13) on bad input: run from the
 notebook's own cell by :mod:`utils.lesson_code`, on a tiny model and random data (no MNIST)."""
 
+import math
+
 import pytest
 import torch
 import torch.nn as nn
@@ -27,13 +29,27 @@ def test_training_stops_at_the_first_nan_batch_before_the_update():
         lesson.train_steps(model, batches, optimizer, scheduler)
     assert scheduler.last_epoch == 2  # two steps were taken, the NaN batch's was not
     assert all(torch.isfinite(p).all() for p in model.parameters())
+    # but the forward pass in train mode has already put the batch into BatchNorm's running statistics
+    assert model[2].running_mean.isnan().all()
+
+
+def test_evaluation_after_a_nan_batch_blames_the_model_not_the_learning_rate():
+    model, optimizer, scheduler, batches = _setup()
+    batches[1][0][0, 0, 0, 0] = float("nan")
+    with pytest.raises(FloatingPointError):
+        lesson.train_steps(model, batches, optimizer, scheduler)
+    with pytest.raises(FloatingPointError, match=r"evaluation batch 0: the loss is nan; its input is finite, but the "
+                                                 r"model holds NaN or infinity in 2\.running_mean, 2\.running_var: "
+                                                 r"rebuild it"):
+        lesson.evaluate(model, batches[:1])  # a clean batch: the NaN comes from the running statistics
 
 
 def test_training_names_a_divergence_when_the_input_is_finite():
     model, optimizer, scheduler, batches = _setup()
     with torch.no_grad():
         model[1].weight.fill_(float("inf"))  # as after a diverged update
-    with pytest.raises(FloatingPointError, match=r"batch 0 of this call\): the loss is nan; its input is finite"):
+    with pytest.raises(FloatingPointError, match=r"batch 0 of this call\): the loss is nan; its input is finite, "
+                                                 r"but the model holds NaN or infinity in 1\.weight"):
         lesson.train_steps(model, batches, optimizer, scheduler)
 
 
@@ -43,7 +59,8 @@ def test_evaluate_refuses_nan_outputs():
     # argmax of a row with a NaN is the NaN's position: without the check this returned an accuracy
     with pytest.raises(FloatingPointError, match=r"evaluation batch 1: the loss is nan; its input holds 1 NaN"):
         lesson.evaluate(model, batches)
-    assert lesson.evaluate(model, batches[:1])[1] <= 1.0
+    loss, accuracy = lesson.evaluate(model, batches[:1])  # the finite batch alone passes the check
+    assert math.isfinite(loss) and 0 <= accuracy <= 1
 
 
 def test_training_refuses_an_optimizer_of_another_model():
