@@ -410,10 +410,13 @@ print(f"weight on the slots past the sentence: {beyond:.1f}")
 assert moved > 0.05 and beyond > 0.3
 too_long = torch.randn(1, MAX_LENGTH + 2, 16)
 assert F.pad(too_long, (0, 0, 0, -2)).shape == (1, MAX_LENGTH, 16)  # a negative pad crops the last two positions
+refused = False
 try:
     notes_dec(torch.tensor([SOS_token]), h0, too_long)
 except ValueError as err:
+    refused = True
     print("ValueError:", err)
+assert refused  # check_source_length, not a silent crop
 
 # %% [markdown]
 # ## 7. One decoder, three ways to choose the context (上下文)

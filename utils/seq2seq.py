@@ -209,7 +209,7 @@ class Lang:
             raise TypeError(f"a sentence must be a str, got {type(sentence).__name__}")
         if not sentence.strip():
             raise ValueError(f"empty sentence {sentence!r}: nothing to encode "
-                             "(normalize_string leaves nothing of a sentence without letters)")
+                             "(normalize_string leaves nothing of a sentence without letters or . ! ?)")
         return sentence.split(" ")
 
     def add_sentence(self, sentence: str) -> None:
