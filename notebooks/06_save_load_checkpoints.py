@@ -705,7 +705,8 @@ torn.unlink()
 # worse: `torch.load` does not verify the CRC-32 checksums that the zip format stores for each record,
 # so it returns a silently different weight. `save_checkpoint` therefore ends the file with the
 # SHA-256 of all its other bytes, stored as the zip's *comment* (a free field at the very end of a zip
-# file, which zip readers and `torch.load` skip), and `load_checkpoint` compares it before loading:
+# file: zip readers report it apart from the archived files, as `zipfile` does below, and `torch.load`
+# ignores it), and `load_checkpoint` compares it before loading:
 
 # %%
 flip_dir = RUN_DIR / "bitflip"
@@ -859,9 +860,9 @@ else:  # Windows has no SIGKILL
 # The hidden `.tmp` file is what a hard kill leaves behind; the final name never holds half a file. No
 # loader looks at the temporary file, and the next save into the folder deletes it. How does it know
 # that the writer is dead, and not a concurrent save still writing? A save holds a lock
-# (`fcntl.flock`) on its temporary file until the rename, and the kernel releases a process's locks
-# when it dies: a temporary file that nobody locks is abandoned, a locked one (step 3 above) is left
-# alone.
+# (`fcntl.flock`) on its temporary file until the rename, and the kernel releases that lock when the
+# file is closed, which happens to every file of a process that dies, however it dies: a temporary file
+# that nobody locks is abandoned, a locked one (step 3 above) is left alone.
 #
 # ## 7. Several models in one file, warm starts and renamed keys
 #

@@ -45,9 +45,10 @@ How a save survives a crash: the file is written to a hidden temporary name in t
 folder is ``fsync``-ed. On a local POSIX filesystem (Linux, macOS) ``rename`` is atomic: a process
 killed at any moment leaves either the old file or the new one under the final name, never half of
 one. What a killed save leaves is its temporary file, which loading ignores. Its writer holds a lock
-(``flock``) on it until the rename, and the lock dies with the process, so the next save into the
-folder deletes the temporary files that nobody locks, never one that a live writer is still writing
-(on Windows, which has no ``flock``, those older than an hour). A full disk (or a used-up quota, or
+(``flock``) on it until the rename; the kernel releases the lock when the file is closed, and a process
+that dies, however it dies, has all its files closed. So the next save into the folder deletes the
+temporary files that nobody locks, never one that a live writer is still writing (on Windows, which
+has no ``flock``, those older than an hour). A full disk (or a used-up quota, or
 the process's file size limit) raises ``OSError`` with that errno and a message naming the file,
 instead of torch's ``[enforce fail at inline_container.cc:672] . unexpected pos ...``; the
 temporary file is deleted then, as after any failed save. On Windows
@@ -63,8 +64,9 @@ Rolling back: saving step ``N`` into a folder first moves every ``checkpoint_<M>
 checkpoint. ``keep_last`` then deletes the oldest files so that the newest ``keep_last`` remain.
 
 How a load notices damage: every file that :func:`atomic_torch_save` writes ends with the SHA-256
-of all its other bytes, stored as the zip archive's comment (which ``torch.load`` and other zip
-readers skip), and :func:`load_checkpoint` compares it before ``torch.load`` runs. Any changed byte
+of all its other bytes, stored as the zip archive's comment (a free field after the central directory:
+zip readers report it apart from the archived files, ``zipfile.ZipFile(path).comment``, and
+``torch.load`` ignores it), and :func:`load_checkpoint` compares it before ``torch.load`` runs. Any changed byte
 raises :class:`CheckpointError` naming the file, including a byte of the zip's central directory,
 which the per-record CRC-32s do not cover and where one flipped bit can make ``torch.load`` return
 a tensor of garbage (bytes from elsewhere, or uninitialised memory) without an error. Why a digest *inside* the file: the atomic rename then publishes
@@ -420,7 +422,7 @@ def _append_digest(f: BinaryIO) -> None:
     The digest becomes the zip archive's comment, the only place the zip format leaves free at the
     end: the comment's length goes into the last two bytes of the end-of-central-directory record
     (0 as torch writes it), the digest covers every byte up to there, and the comment follows.
-    Zip readers, ``torch.load`` included, skip the comment.
+    Zip readers report the comment apart from the archived files; ``torch.load`` ignores it.
     """
     end = f.seek(0, os.SEEK_END)
     f.seek(end - _EOCD_SIZE)
@@ -440,8 +442,10 @@ def _create_temp(target: Path) -> tuple[int, Path]:
 
     ``os.open`` with mode 0o666 lets the umask decide the permissions, as ``open()`` and a plain
     ``torch.save(path)`` do (``tempfile.mkstemp`` would always give 0o600). The lock (``flock``) is
-    held until the file has its final name; it goes with the process, so a temporary file that
-    nobody locks belongs to a dead writer (:func:`_remove_if_abandoned`).
+    held until the file has its final name. The kernel releases an ``flock`` when the last descriptor
+    of the open file is closed: when the writer dies, at the latest (had it forked meanwhile, once the
+    child has exited too). So a temporary file that nobody locks belongs to a dead writer
+    (:func:`_remove_if_abandoned`).
     """
     while True:
         tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
