@@ -329,7 +329,7 @@ def test_a_single_machine_launch_listens_on_loopback_only_and_leaves_no_temp_fol
 def test_a_busy_master_port_fails_fast_and_names_the_port(tmp_path):
     script = tmp_path / "hi.py"
     script.write_text("print('hi')\n")
-    timeout = 60
+    timeout = 120  # starting two agents (each imports torch) takes seconds; a busy machine can make it 30
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -343,11 +343,15 @@ def test_a_busy_master_port_fails_fast_and_names_the_port(tmp_path):
 
 
 FAILING_RANK = """
+import atexit, time
 import torch
 import torch.distributed as dist
 
 dist.init_process_group("gloo")
 if dist.get_rank() == 1:
+    # rank 1 stays alive (its sockets open) for 0.3 s after writing its traceback: rank 0's traceback comes
+    # later than that, beyond the granularity of file times (a few ms) however idle or busy the machine is
+    atexit.register(time.sleep, 0.3)
     raise ValueError("boom")
 dist.all_reduce(torch.ones(1))  # rank 0 waits for rank 1, which has died: rank 0 fails too
 """

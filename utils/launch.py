@@ -38,29 +38,30 @@ What a launch leaves: nothing, also when its launcher dies. Each ``torchrun`` co
 
 * it exits when its launcher does (a kernel killed by SIGTERM or SIGKILL: JupyterLab sends both,
   to the kernel's process group only, when it restarts a kernel that does not answer; the agent
-  runs in a session of its own): a thread in the agent watches its parent process and
-  sends the agent SIGTERM, and torchrun then stops its workers. Only an agent killed with SIGKILL
-  itself leaves its workers running; those are found by the next process that imports this module:
-  every launch has a folder in ``<temp dir>/torch-course-launches-<uid>/<launch id>`` naming its
-  launcher, :func:`leftover_processes` lists the processes of launches whose launcher has died, and
-  the next launch stops them and removes their folders.
+  runs in a session of its own): a thread in the agent watches its parent process and sends the
+  agent SIGTERM, and torchrun then stops its workers. Only an agent killed with SIGKILL itself
+  leaves its workers running; those are found later, by any process of the same user with the same
+  temporary directory: every launch has a folder in
+  ``<temp dir>/torch-course-launches-<uid>/<launch id>`` naming its launcher,
+  :func:`leftover_processes` lists the processes of launches whose launcher has died, and the next
+  launch (:func:`run_commands`) stops them and removes their folders.
 * torchrun's logs go to that folder, which is removed after the launch, instead of a
   ``torchelastic_*`` folder left in the temporary directory by every launch. Each worker's stderr is
   also written to its own file there (``--tee=2``, shown in the agent's stderr as ``[rankN]: ...``).
 * a single-machine job (``--standalone``, or a static rendezvous on a loopback ``--master_addr``)
   listens on 127.0.0.1 only: torchrun's stores listen on every interface whatever address they are
-  given (torch offers no option), so the agent hands each store a socket already listening on
-  127.0.0.1; ``--local-addr=127.0.0.1`` makes the workers connect there, and ``GLOO_SOCKET_IFNAME``
-  (the loopback interface) keeps gloo's sockets on it too. Not covered: with ``max_restarts`` the
-  workers' store is started by rank 0 itself (see :func:`run_torchrun`), on every interface; NCCL
-  chooses its own interface.
+  given (``TCPStore`` takes no address to listen on, only ``master_listen_fd``), so the agent hands
+  each store a socket already listening on 127.0.0.1; ``--local-addr=127.0.0.1`` makes the workers
+  connect there, and ``GLOO_SOCKET_IFNAME`` (the loopback interface) keeps gloo's sockets on it
+  too. Not covered: with ``max_restarts`` the workers' store is started by rank 0 itself (see
+  :func:`run_torchrun`), on every interface; NCCL chooses its own interface.
 
 Where: the agent's watch of its launcher works on Linux and macOS. Finding processes by their
 marker reads ``/proc``, so on macOS :func:`leftover_processes` returns ``[]`` and the workers of an
 agent killed by SIGKILL are not stopped by the next launch (their folders are still removed).
 Loopback-only stores are set up on Linux only, where they are tested; elsewhere torchrun's stores
-listen on every interface, as plain ``torchrun`` does. The commands shown (:func:`format_command`, :meth:`LaunchResult.shell_lines`) are the ``torchrun``
-commands a user would type.
+listen on every interface, as plain ``torchrun`` does. The commands shown (:func:`format_command`,
+:meth:`LaunchResult.shell_lines`) are the ``torchrun`` commands a user would type.
 """
 
 from __future__ import annotations
