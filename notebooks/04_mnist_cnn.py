@@ -904,7 +904,7 @@ def train_steps(model, batches, optimizer, scheduler):
     ours = {id(p) for p in model.parameters()}
     if any(id(p) not in ours for group in optimizer.param_groups for p in group["params"]):
         raise ValueError("the optimizer holds parameters that are not this model's, so training would never change "
-                         "it: build the optimizer again from model.parameters() (after re-running the model's cell)")
+                         "it: build the optimizer again from model.parameters(), and the scheduler from that optimizer")
     model.train()  # BatchNorm: batch statistics; Dropout: on
     loss_sum, correct, seen, step_losses = 0.0, 0, 0, []
     for i, (xb, yb) in enumerate(batches):

@@ -66,7 +66,8 @@ def test_evaluate_refuses_nan_outputs():
 def test_training_refuses_an_optimizer_of_another_model():
     model, _, _, batches = _setup()
     stale, optimizer, scheduler, _ = _setup()  # as after re-running the cell that builds the model, not the optimizer
-    with pytest.raises(ValueError, match="the optimizer holds parameters that are not this model's"):
+    with pytest.raises(ValueError, match="the optimizer holds parameters that are not this model's.*and the "
+                                         "scheduler from that optimizer"):  # a stale scheduler would drive the old one
         lesson.train_steps(model, batches, optimizer, scheduler)
     # an optimizer over part of the model (fine-tuning the last layer) is fine
     head_only = torch.optim.SGD(model[4].parameters(), lr=0.1)
