@@ -464,16 +464,18 @@ def _rank_failures(agent_dir: Path) -> list[_RankFailure]:
 
 def _explain_failures(failures: list[_RankFailure]) -> str:
     """Which rank failed first, with its stderr; the others that failed with their last stderr line."""
-    # the agent stops the other workers with SIGTERM once one has failed: those are victims, whatever
-    # their stderr's time (a worker stopped before it wrote anything has an old file)
-    failures = sorted(failures, key=lambda f: (f.exitcode == -signal.SIGTERM, f.written_ns, f.rank))
+    def when(f: _RankFailure) -> tuple[bool, float]:
+        # the agent stops the other workers with SIGTERM once one has failed: those are victims, whatever
+        # their stderr's time (a worker stopped before it wrote anything has an old file)
+        return f.exitcode == -signal.SIGTERM, f.written_ns
+
+    failures = sorted(failures, key=lambda f: (when(f), f.rank))
     first, rest = failures[0], failures[1:]
     try:
         stderr = first.stderr.read_text(errors="replace")
     except OSError:
         stderr = ""
-    together = [f.rank for f in rest if (f.exitcode == -signal.SIGTERM, f.written_ns)
-                == (first.exitcode == -signal.SIGTERM, first.written_ns)]
+    together = [f.rank for f in rest if when(f) == when(first)]
     if together:  # the file times cannot order them
         head = f"ranks {', '.join(map(str, [first.rank, *together]))} failed at the same moment; rank {first.rank}"
     else:
