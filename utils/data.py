@@ -26,7 +26,6 @@ import gzip
 import hashlib
 import os
 import random
-import re
 import tempfile
 import time
 import zlib
@@ -40,7 +39,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, S
 from torchvision.datasets import MNIST
 
 from utils.paths import DATA_DIR, new_file_mode, relpath
-from utils.shipped import DataFileError, check_shipped
+from utils.shipped import DataFileError, check_shipped, read_sums
 
 MNIST_SOURCE_DIR: Path = DATA_DIR / "mnist"
 """The shipped files: four ``*-ubyte.gz`` files and ``MD5SUMS.raw``."""
@@ -80,17 +79,7 @@ def _read_md5_list(source_dir: Path) -> dict[str, str]:
     if not md5_path.is_file():
         raise FileNotFoundError(f"{relpath(md5_path)} is missing: {RESTORE_HINT}")
     check_shipped(md5_path)  # the shipped list is checked against data/SHA256SUMS first
-    try:
-        text = md5_path.read_text(encoding="ascii")
-    except UnicodeDecodeError as err:
-        raise DataFileError(f"{relpath(md5_path)} is corrupt (not plain ASCII): {RESTORE_HINT}") from err
-    sums: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        m = re.fullmatch(r"([0-9a-f]{32})\s+\*?(\S+)", line.strip())
-        if not m:
-            raise DataFileError(f"{relpath(md5_path)} line {number} is not 'MD5  FILE' (the list is corrupt): "
-                                f"{RESTORE_HINT}")
-        sums[m.group(2)] = m.group(1)
+    sums = read_sums(md5_path, "md5", RESTORE_HINT)
     missing = [name for name in MNIST_FILES if name not in sums]
     if missing:
         raise DataFileError(f"{relpath(md5_path)} has no MD5 sum for {', '.join(missing)}: {RESTORE_HINT}")

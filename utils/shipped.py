@@ -31,7 +31,6 @@ RESTORE_HINT = (
     "restore the shipped copy with `git checkout -- {path}` (or copy it from a fresh clone of the course; "
     "data/README.md says where each file comes from)"
 )
-_LINE = re.compile(r"([0-9a-f]{64}) [ *](\S+)")
 
 
 class DataFileError(RuntimeError):
@@ -52,23 +51,34 @@ def sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def read_sums(path: Path, algorithm: str, hint: str) -> dict[str, str]:
+    """``{file: digest}`` from a list in the format of ``sha256sum``/``md5sum`` (``DIGEST  FILE`` lines).
+
+    Raises:
+        DataFileError: the list is not ASCII, or a line is not ``DIGEST  FILE``; the message names the
+            list and ends with ``hint`` (how to restore it).
+    """
+    digits = 2 * hashlib.new(algorithm).digest_size
+    try:
+        text = path.read_text(encoding="ascii")
+    except UnicodeDecodeError as err:
+        raise DataFileError(f"{relpath(path)} is corrupt (not plain ASCII): {hint}") from err
+    sums: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        m = re.fullmatch(rf"([0-9a-f]{{{digits}}}) [ *](\S+)", line)
+        if not m:
+            raise DataFileError(f"{relpath(path)} line {number} is not '{algorithm.upper()}  FILE' "
+                                f"(the list is corrupt): {hint}")
+        sums[m.group(2)] = m.group(1)
+    return sums
+
+
 def read_manifest(manifest: Path | None = None) -> dict[str, str]:
     """``{path relative to the manifest's folder: sha256}``; a damaged manifest raises :class:`DataFileError`."""
     manifest = manifest or MANIFEST
     if not manifest.is_file():
         raise DataFileError(f"{relpath(manifest)} is missing: {restore_hint(manifest)}")
-    try:
-        text = manifest.read_text(encoding="ascii")
-    except UnicodeDecodeError as err:
-        raise DataFileError(f"{relpath(manifest)} is corrupt (not plain ASCII): {restore_hint(manifest)}") from err
-    sums: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        m = _LINE.fullmatch(line)
-        if not m:
-            raise DataFileError(f"{relpath(manifest)} line {number} is not 'SHA256  FILE' "
-                                f"(the manifest is corrupt): {restore_hint(manifest)}")
-        sums[m.group(2)] = m.group(1)
-    return sums
+    return read_sums(manifest, "sha256", restore_hint(manifest))
 
 
 def _key(path: Path, folder: Path) -> str | None:
