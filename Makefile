@@ -31,7 +31,13 @@ $(STAMP): requirements.txt
 
 venv: $(STAMP)
 
-lab: $(STAMP)
+# JupyterLab's defaults for the course (overrides.json in the venv; a learner's own settings still win):
+# no "official Jupyter news?" prompt on the first start and no update check, so nothing is fetched.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_SETTINGS): $(STAMP)
+	@mkdir -p $(@D) && echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $@
+
+lab: $(STAMP) $(LAB_SETTINGS)
 	JUPYTER_PLATFORM_DIRS=1 $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 		$$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
@@ -61,7 +67,7 @@ $(VENV)/.browser: requirements-browser.txt $(STAMP)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements-browser.txt
 	@touch $@
 
-test-browser: $(VENV)/.browser
+test-browser: $(VENV)/.browser $(LAB_SETTINGS)
 	@if [ -z "$$TORCH_COURSE_CHROMIUM" ]; then \
 	  missing=$$(for p in $(BROWSER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then \

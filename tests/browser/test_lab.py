@@ -27,6 +27,8 @@ from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
 CHROMIUM = os.environ.get("TORCH_COURSE_CHROMIUM", "/usr/bin/chromium")
 NOTEBOOK = "01_tensors.ipynb"
 OUT = REPO_ROOT / "runs" / "test-browser"
+LAB_SETTINGS = Path(sys.prefix, "share", "jupyter", "lab", "settings", "overrides.json")
+"""JupyterLab's defaults for the course, written by the Makefile (see its LAB_SETTINGS)."""
 TOKEN = "torch-course-browser-test"
 WRONG = "answer_1 = [(2, 1, 4), (2, 4), (1, 4, 12)]"  # a and b swapped: keepdim misread
 RIGHT = "answer_1 = [(2, 4), (2, 1, 4), (1, 4, 12)]"
@@ -62,10 +64,10 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", JUPYTER_CONFIG_DIR=str(root / "config"),
                JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
                JUPYTER_RUNTIME_DIR=str(root / "runtime"), TORCH_COURSE_DEVICE="cpu")
-    # No news pop-up (and no request for news): the test talks to 127.0.0.1 only.
-    notification = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    notification.parent.mkdir(parents=True)
-    notification.write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    # No news pop-up and no request for news: the venv's overrides.json, written by `make lab` and
+    # `make test-browser`, says so (checked at the end of the test, as the learner would see it).
+    if not LAB_SETTINGS.is_file():
+        pytest.fail(f"{LAB_SETTINGS} is missing: run `make test-browser`, which writes it as `make lab` does")
     log = open(root / "lab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
@@ -156,6 +158,7 @@ def test_a_learner_gets_a_hint_then_a_success(lab):
             text = _run(page, check)
             assert "Exercise 1 (练习 1): ✓ correct" in text, text
             page.screenshot(path=str(OUT / "exercise-correct.png"))
+            assert page.get_by_text("official Jupyter news").count() == 0, "JupyterLab asked about news"
         finally:
             browser.close()
     print(f"screenshots: {OUT.relative_to(REPO_ROOT)}/exercise-hint.png, exercise-correct.png")
