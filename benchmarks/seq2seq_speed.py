@@ -28,16 +28,13 @@ import copy
 import random
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from utils import get_device, seed_everything  # noqa: E402
-from utils.lesson_code import load  # noqa: E402
-from utils.seq2seq import build_langs, filter_pairs, make_batches, read_pairs, split_pairs  # noqa: E402
-from utils.translation_corpus import CORPUS_FILE  # noqa: E402
+from utils import get_device, seed_everything
+from utils.lesson_code import load
+from utils.seq2seq import build_langs, filter_pairs, make_batches, read_pairs, split_pairs
+from utils.translation_corpus import CORPUS_FILE
 
 
 class Clock:
