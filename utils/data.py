@@ -26,8 +26,8 @@ import gzip
 import hashlib
 import os
 import random
-import tempfile
 import time
+import uuid
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -38,8 +38,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler, TensorDataset
 from torchvision.datasets import MNIST
 
-from utils.paths import DATA_DIR, new_file_mode, relpath
-from utils.shipped import DataFileError, check_shipped, read_sums
+from utils.paths import DATA_DIR, relpath
+from utils.shipped import DataFileError, check_shipped, file_digest, read_sums
 
 MNIST_SOURCE_DIR: Path = DATA_DIR / "mnist"
 """The shipped files: four ``*-ubyte.gz`` files and ``MD5SUMS.raw``."""
@@ -66,14 +66,6 @@ RESTORE_HINT = (
 )
 
 
-def _md5(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _read_md5_list(source_dir: Path) -> dict[str, str]:
     md5_path = source_dir / MD5_LIST
     if not md5_path.is_file():
@@ -91,11 +83,10 @@ def _decompress_checked(gz_path: Path, target: Path, expected_md5: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     shipped = check_shipped(gz_path)  # True: the .gz is byte for byte the one the course ships
     # a unique temporary name + os.replace: two notebooks preparing MNIST at the same time never
-    # see a half-written file
-    fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    tmp = Path(tmp_name)
+    # see a half-written file. Mode 0o666 lets the umask decide, as for any new file (mkstemp: 0o600).
+    tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        os.chmod(tmp, new_file_mode())  # mkstemp makes it 0600; the cache follows the umask like any file
         h = hashlib.md5()
         try:
             with gzip.open(gz_path, "rb") as src, os.fdopen(fd, "wb") as dst:
@@ -149,7 +140,7 @@ def prepare_mnist(source_dir: str | os.PathLike[str] | None = None, root: str | 
         if not gz_path.is_file():
             raise FileNotFoundError(f"{relpath(gz_path)} is missing: {RESTORE_HINT}")
         target = raw_dir / name
-        if target.is_file() and _md5(target) == sums[name]:
+        if target.is_file() and file_digest(target, "md5") == sums[name]:
             continue
         _decompress_checked(gz_path, target, sums[name])
     return raw_dir

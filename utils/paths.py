@@ -32,20 +32,3 @@ def relpath(path: str | os.PathLike[str]) -> str:
     except ValueError:
         return p.as_posix()
 
-
-def new_file_mode() -> int:
-    """The permission bits ``open()`` gives a new file: ``0o666`` less the process's umask.
-
-    ``tempfile.mkstemp`` always creates ``0o600`` files; a file written through one and renamed
-    into place should get this mode instead, so that a shared checkout stays readable by the
-    others exactly when the user's umask says so.
-    """
-    try:  # Linux >= 4.7 reports the umask without changing it
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o022)  # elsewhere: read it by setting it, and put it back at once
-    os.umask(mask)
-    return 0o666 & ~mask

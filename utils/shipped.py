@@ -42,9 +42,9 @@ def restore_hint(path: str | os.PathLike[str]) -> str:
     return RESTORE_HINT.format(path=relpath(path))
 
 
-def sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
-    """The SHA-256 of a file's bytes, as 64 hex digits."""
-    h = hashlib.sha256()
+def file_digest(path: str | os.PathLike[str], algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
+    """The digest of a file's bytes in hex (SHA-256 by default; MNIST's list uses ``"md5"``)."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
@@ -111,7 +111,7 @@ def check_shipped(path: str | os.PathLike[str], manifest: Path | None = None) ->
         return False
     if not path.is_file():
         raise FileNotFoundError(f"{relpath(path)} is missing: {restore_hint(path)}")
-    actual = sha256(path)
+    actual = file_digest(path)
     if actual != expected:
         size = path.stat().st_size
         raise DataFileError(
@@ -129,5 +129,5 @@ def update_manifest(paths: list[Path], manifest: Path | None = None) -> None:
         key = _key(path, manifest.parent)
         if key is None:
             raise ValueError(f"{path} is outside {relpath(manifest.parent)}/: the manifest lists only shipped files")
-        sums[key] = sha256(path)
+        sums[key] = file_digest(path)
     manifest.write_text("".join(f"{digest}  {key}\n" for key, digest in sorted(sums.items())), encoding="ascii")
