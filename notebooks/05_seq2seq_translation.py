@@ -32,7 +32,7 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 110 min. **Run time:** 95 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 110 min. **Run time:** 100 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
@@ -65,6 +65,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from utils import get_device, plot_curves, relpath, seed_everything  # noqa: E402
 from utils import translation_corpus as tc  # noqa: E402
+from utils.shipped import is_shipped  # noqa: E402
 from utils.seq2seq import (  # noqa: E402
     ENG_PREFIXES,
     UnknownWordError,
@@ -138,8 +139,8 @@ assert she_sees_black_cats(*examples[3]) == ("Elle ne les a pas vus.", "She did 
 # pronoun (*voir*: the notes' *je la vois* is never in training!), a name in a question, a city after a verb. Its
 # third column names the held-out combination, the way Tatoeba's own files carry an attribution column.
 # `read_lines` checks both files against their SHA-256 digests in `data/SHA256SUMS` before reading a line: a damaged
-# file (one flipped byte turns *chair* into *bhair* and nothing else would notice) stops with an error that names it
-# and says how to restore it.
+# file (one flipped bit turns *chair* into *bhair*, and a reader alone would not notice) stops with an error that
+# names it and says how to restore it.
 
 # %%
 for path in (tc.CORPUS_FILE, tc.COMPOSITIONAL_FILE):
@@ -148,6 +149,8 @@ for path in (tc.CORPUS_FILE, tc.COMPOSITIONAL_FILE):
     for line in lines[:2]:
         print("   ", line.replace("\t", " <TAB> "))
 assert len(lines) == tc.N_COMPOSITIONAL and tc.CORPUS_FILE.stat().st_size < 3e6
+assert all(is_shipped(p) for p in (tc.CORPUS_FILE, tc.COMPOSITIONAL_FILE))  # listed in data/SHA256SUMS: checked
+assert ord("c") ^ ord("b") == 0b1  # c -> b: one bit
 
 # %% [markdown]
 # ## 2. Normalisation and loading
