@@ -45,7 +45,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) --ignore=tests/browser tests notebooks
 
 # Every compared output must also come out of the narrowest code paths and of two threads
-# (PORTABLE_CONFIGS in utils/notebooks.py); two-threads runs one notebook at a time, on both cores.
+# (PORTABLE_CONFIGS in tools/notebooks.py); two-threads runs one notebook at a time, on both cores.
 test-portable: $(STAMP)
 	TORCH_COURSE_NUMERICS=narrow-isa $(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) notebooks
 	TORCH_COURSE_NUMERICS=two-threads $(PY) -m pytest -n 1 $(PYTEST_NB) notebooks
@@ -58,7 +58,7 @@ test-lax: $(STAMP)
 test-gpu: test-lax
 
 test-learner: $(STAMP)
-	$(PY) -m utils.notebooks learner $(NB)
+	$(PY) -m tools.notebooks learner $(NB)
 
 # Debian's Chromium and CJK fonts (the notebooks print Chinese terms), installed when missing; elsewhere
 # set TORCH_COURSE_CHROMIUM to a Chromium or Chrome binary. Playwright comes from requirements-browser.txt.
@@ -83,10 +83,10 @@ progress: $(STAMP)
 	$(PY) -m utils.exercises $(NB)
 
 execute: $(STAMP)
-	$(PY) -m utils.notebooks execute -j $(JOBS) $(NB)
+	$(PY) -m tools.notebooks execute -j $(JOBS) $(NB)
 
 check: $(STAMP)
-	$(PY) -m utils.notebooks check
+	$(PY) -m tools.notebooks check
 
 clean:
 	rm -rf runs notebooks/runs .pytest_cache data/MNIST

@@ -3,7 +3,7 @@
 Both loops train the same model (notebook 05's GRU encoder + decoder with content-based attention,
 same hidden size, same initial weights) on the same training split of ``data/eng-fra-course.txt``,
 one after the other in this process, each capped in wall-clock time. The model, ``train_step`` and
-``train_pair_notes_style`` are notebook 05's own cells, run by :mod:`utils.lesson_code`:
+``train_pair_notes_style`` are notebook 05's own cells, run by :mod:`tools.lesson_code`:
 
 * **notes' loop** -- the notes' ``trainIters``/``train``: a random pair at a time, the encoder and the
   decoder run word by word, teacher forcing, SGD with learning rate 0.01;
@@ -32,9 +32,9 @@ import time
 import torch
 
 from utils import get_device, seed_everything
-from utils.lesson_code import load
+from tools.lesson_code import load
 from utils.seq2seq import build_langs, filter_pairs, make_batches, read_pairs, split_pairs
-from utils.translation_corpus import CORPUS_FILE
+from tools.translation_corpus import CORPUS_FILE
 
 
 class Clock:

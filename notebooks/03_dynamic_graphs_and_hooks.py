@@ -285,7 +285,7 @@ err = expect_error(lambda: torch.autograd.grad(y, x))  # now the saved x is gone
 #
 # **How this notebook shows a warning.** A warning is a message, not an error: by default Python prints it once
 # to stderr and goes on, and a test run may turn it into an error or hide it. When a warning *is* the lesson, the
-# cell calls `show_warning(fn, category, text)` (from `utils/show.py`): inside
+# cell calls `show_warning(fn, category, text)` (from `utils/printing.py`): inside
 # `warnings.catch_warnings(record=True)` with `warnings.simplefilter("always")` it records every warning `fn()`
 # raises, whatever the filters outside, prints the expected one's category and first sentence, asserts it was
 # raised, and returns `fn()`'s result. The five lines are worth copying into your own tests.

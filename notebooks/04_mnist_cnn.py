@@ -871,10 +871,10 @@ assert torch.allclose(layers(batch[:1]), out_eval[:1])
 # re-running the cell that builds the model but not the one that builds the optimizer: training then runs without
 # an error while the new model's weights never change.
 # (The cell's first line, `# Shared with benchmarks/ and tests/`, lets `tests/test_mnist_loop.py` run it on its own,
-# with `utils.lesson_code`, and feed these functions bad input.)
+# with `tools.lesson_code`, and feed these functions bad input.)
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 import math  # torch is imported above already: these lines let tests/test_mnist_loop.py run this cell on its own
 
 import torch

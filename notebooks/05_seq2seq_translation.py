@@ -39,11 +39,11 @@
 # %% [markdown]
 # Cells that start with `# Shared with benchmarks/ and tests/` hold the lesson's models and functions; the benchmark
 # `benchmarks/seq2seq_speed.py` and the tests `tests/test_seq2seq.py` run exactly these cells (with
-# `utils.lesson_code`), so what they measure and test is what you read and edit here. The first of them imports
+# `tools.lesson_code`), so what they measure and test is what you read and edit here. The first of them imports
 # what the others need.
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 import math
 import random
 import time
@@ -64,7 +64,7 @@ import re  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 from utils import get_device, plot_curves, relpath, seed_everything  # noqa: E402
-from utils import translation_corpus as tc  # noqa: E402
+from tools import translation_corpus as tc  # noqa: E402
 from utils.shipped import is_shipped  # noqa: E402
 from utils.seq2seq import (  # noqa: E402
     ENG_PREFIXES,
@@ -118,7 +118,7 @@ assert she_sees_black_cats(*examples[3]) == ("Elle ne les a pas vus.", "She did 
 # Look at what changed between the languages: the French adjective follows the noun (*chats noirs* / *black cats*),
 # the French object pronoun moves before the verb (*les a vus* / *see them*), and the past participle *vus* agrees
 # with that preceding plural object. A real translation problem has more than word order, so the grammar in
-# `utils/translation_corpus.py` also writes:
+# `tools/translation_corpus.py` also writes:
 #
 # | phenomenon | French | English |
 # |---|---|---|
@@ -131,7 +131,7 @@ assert she_sees_black_cats(*examples[3]) == ("Elle ne les a pas vus.", "She did 
 # | negation | je ne vois pas de chat | i do not see a cat |
 # | questions | a-t-elle vu le chat ? · où est mon chat ? | did she see the cat ? · where is my cat ? |
 #
-# The generator draws 24,000 distinct pairs (seeded, deterministic; `python -m utils.translation_corpus` rewrites the
+# The generator draws 24,000 distinct pairs (seeded, deterministic; `python -m tools.translation_corpus` rewrites the
 # same bytes, and `tests/test_translation_corpus.py` checks it) into `data/eng-fra-course.txt`, in Tatoeba's format.
 # The generator also keeps sentences plausible (no four-year-old father, no fast banana, no *the alone cat*).
 # A second file holds the **compositional test split (组合泛化测试集)**: 1,000 pairs that each contain a
@@ -295,7 +295,7 @@ assert (batch.src == PAD_token).sum() == sum(batch.src.shape[1] - n for n in bat
 # change, reading the whole batch in one call instead of one word per call:
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 class Encoder(nn.Module):
     """The notes' EncoderRNN, reading a padded batch in one call (packed, so padding never updates the state)."""
 
@@ -343,7 +343,7 @@ assert drift > 0.01
 # `forward`, plus the check on the source length explained below):
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 def check_source_length(positions: int, max_length: int) -> None:
     """Location-based attention has one score per position up to max_length: refuse a longer source."""
     if positions > max_length:
@@ -452,7 +452,7 @@ assert refused  # check_source_length, not a silent crop
 # `T = 1`.
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Softmax over source positions of ``scores [B, T, S]``; positions where ``mask [B, S]`` is False get 0."""
     return F.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)
@@ -556,7 +556,7 @@ print("weights on padded positions: 0 for both")
 # likely word, one step at a time, until every sentence of the batch has written `<eos>`.
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 class Seq2Seq(nn.Module):
     def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
         super().__init__()
@@ -646,7 +646,7 @@ torch.testing.assert_close(w @ enc_outputs, enc_hidden[0].unsqueeze(1).expand(-1
 #   in speed.
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 def train_step(model: Seq2Seq, batch, optimizer: torch.optim.Optimizer, clip: float = 1.0) -> tuple[float, float]:
     """One optimisation step on a padded batch; returns the mean loss per real target word and the gradient norm."""
     model.train()
@@ -691,7 +691,7 @@ print(f"{words} real target words in a {tuple(batch.tgt.shape)} target batch: pa
 # the GPU to finish (CUDA runs asynchronously, and the CPU time would only count the kernel launches).
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 class Scores(NamedTuple):
     bleu: float  # corpus BLEU, 0-100 (sacrebleu)
     exact: float  # share of sentences translated exactly as the reference
@@ -1117,7 +1117,7 @@ for name, model in models.items():
 # optimiser step. `train_pair_notes_style` is that loop, on the same model:
 
 # %%
-# Shared with benchmarks/ and tests/ (utils.lesson_code runs this cell)
+# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 def train_pair_notes_style(model: Seq2Seq, src: torch.Tensor, tgt: torch.Tensor,
                            optimizer: torch.optim.Optimizer) -> float:
     """The notes' train(): one pair (1-D index tensors ending with <eos>), encoder and decoder word by word."""

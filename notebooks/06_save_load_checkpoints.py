@@ -24,7 +24,7 @@
 # happen instead); checkpoints then also hold the CUDA random states, and the resume demonstration
 # runs on the GPU.
 #
-# The crash-proof helpers built here live in `utils/checkpoint.py`: notebook 07 saves and resumes a
+# The crash-proof helpers built here live in `utils/checkpoint_files.py`: notebook 07 saves and resumes a
 # `GradScaler` with `save_checkpoint(..., scaler=...)` and `load_checkpoint`, and the DDP scripts of
 # notebook 08 write their checkpoints with `atomic_torch_save`.
 
@@ -56,7 +56,7 @@ from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from utils import REPO_ROOT, get_device, relpath, seed_everything
-from utils.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, unwrap_model
+from utils.checkpoint_files import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, unwrap_model
 
 seed_everything(0)
 device = get_device()
@@ -570,7 +570,7 @@ print("after a failed second save the file still holds step", kept["step"], "| f
 assert kept["step"] == 1 and not any(p.name.startswith(".tmp-") for p in RUN_DIR.iterdir())
 
 # %% [markdown]
-# `utils/checkpoint.py` does exactly this in `atomic_torch_save` and packs the whole table above
+# `utils/checkpoint_files.py` does exactly this in `atomic_torch_save` and packs the whole table above
 # around it: `save_checkpoint(folder, model=, optimizer=, scheduler=, scaler=, epoch=, step=, extra=,
 # keep_last=)` writes `checkpoint_<step>.pt` atomically, then deletes all but the newest `keep_last`
 # files, and `load_checkpoint(folder_or_file, model=, ...)` restores everything. Its files hold only
@@ -807,7 +807,7 @@ CHILD = r"""
 import io, os, signal, sys
 import torch
 from torch import nn
-from utils.checkpoint import save_checkpoint
+from utils.checkpoint_files import save_checkpoint
 
 folder = sys.argv[1]
 torch.manual_seed(0)
@@ -1115,7 +1115,7 @@ assert list(fixed) == list(bare.state_dict())
 # `_orig_mod.module.` for a compiled DDP model). Creating the wrapper compiles nothing: compilation
 # happens at the first call, so looking at the keys is cheap. The cures are the same as for `module.`:
 # save `compiled._orig_mod.state_dict()`, or strip the prefix with
-# `consume_prefix_in_state_dict_if_present`. `utils.checkpoint.unwrap_model` removes both wrappers, in
+# `consume_prefix_in_state_dict_if_present`. `utils.checkpoint_files.unwrap_model` removes both wrappers, in
 # any nesting, and `save_checkpoint`/`load_checkpoint` use it.
 
 # %%
@@ -1419,7 +1419,7 @@ ex.check(3, train_steps)
 #   that.
 # * An atomic save is a temporary file in the same folder, `flush` + `fsync`, `os.replace`, and an
 #   `fsync` of the folder: atomic on local POSIX file systems, not promised on Windows or network file
-#   systems. `utils.checkpoint.save_checkpoint` does it, ends the file with its SHA-256, keeps the last N,
+#   systems. `utils.checkpoint_files.save_checkpoint` does it, ends the file with its SHA-256, keeps the last N,
 #   deletes what killed saves left and moves checkpoints of an abandoned future to `superseded/`;
 #   `load_checkpoint` verifies the SHA-256, raises `CheckpointError` naming a damaged file, can fall back
 #   to the previous checkpoint, and restores random states only on the rank that saved them (or every

@@ -16,7 +16,7 @@
 #    memory (the activations, 激活值, halve, but it adds a 16-bit copy of each weight).
 #
 # **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`;
-# checkpoints with `utils.checkpoint` (notebook 06).
+# checkpoints with `utils.checkpoint_files` (notebook 06).
 #
 # **Study time:** about 70 min, 20 of them for the exercises at the end. **Run time:** 40 s on the 2-core course
 # machine (one thread, measured by `make execute`). Most of it is the autocast run of section 5, because bfloat16 matrix products are *emulated* in
@@ -62,7 +62,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from utils import fmt, get_device, seed_everything
-from utils.checkpoint import load_checkpoint, save_checkpoint
+from utils.checkpoint_files import load_checkpoint, save_checkpoint
 
 seed_everything(0)
 device = get_device()
@@ -372,7 +372,7 @@ assert torch.isfinite(w).all()
 # 65536, may lose its first steps to overflows again). So a checkpoint holds `scaler.state_dict()` — scale,
 # `growth_factor`, `backoff_factor`, `growth_interval` and `_growth_tracker` — beside the model and the optimizer;
 # `save_checkpoint(directory, model=..., optimizer=..., scaler=..., step=...)` and `load_checkpoint(directory,
-# model=..., optimizer=..., scaler=...)` from `utils.checkpoint` (notebook 06) do it. Below, a small model trains
+# model=..., optimizer=..., scaler=...)` from `utils.checkpoint_files` (notebook 06) do it. Below, a small model trains
 # under float16 autocast (on every device, whatever `amp_dtype` is) with a scaler of `init_scale=1024` and
 # `growth_interval=3`, and an overflow injected at step 1: once for 8 steps straight, once stopped after step 3,
 # saved as a checkpoint (检查点), rebuilt from scratch, loaded and continued.

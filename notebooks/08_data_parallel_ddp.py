@@ -478,7 +478,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from utils import get_device
-from utils.checkpoint import atomic_torch_save, load_rng_state_dict, rng_state_dict
+from utils.checkpoint_files import atomic_torch_save, load_rng_state_dict, rng_state_dict
 from utils.ddp.common import report, save_result
 
 

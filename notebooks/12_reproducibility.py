@@ -334,7 +334,7 @@ ex.check(2, seeded_loader)
 # generator and, when CUDA is available, every GPU's; and `rng_restore(snapshot)`, which puts them back, so that
 # the draws after a restore are the draws that followed the snapshot. The snapshot goes into a checkpoint, so it
 # must survive `torch.save` and `torch.load(..., weights_only=True)` ([notebook 06](06_save_load_checkpoints.ipynb),
-# §4): the check saves and loads it before restoring. (`utils.checkpoint` has such functions; write your own.)
+# §4): the check saves and loads it before restoring. (`utils.checkpoint_files` has such functions; write your own.)
 
 # %%
 # ✏️ Exercise 3: write the bodies of the two functions

@@ -1,5 +1,5 @@
 """Notebook 04's training loop (``train_steps`` and ``evaluate``, section 13) on bad input: run from the
-notebook's own cell by :mod:`utils.lesson_code`, on a tiny model and random data (no MNIST)."""
+notebook's own cell by :mod:`tools.lesson_code`, on a tiny model and random data (no MNIST)."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from utils.lesson_code import load
+from tools.lesson_code import load
 
 lesson = load("04_mnist_cnn")
 

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from utils import REPO_ROOT
-from utils.notebooks import (
+from tools.notebooks import (
     NOTEBOOK_ENV,
     PINNED_X86_NUMERICS,
     PORTABLE_CONFIGS,

@@ -3,7 +3,7 @@ import random
 import pytest
 import torch
 
-from utils.lesson_code import load
+from tools.lesson_code import load
 from utils.seq2seq import (
     ENG_PREFIXES,
     EOS_token,
@@ -221,7 +221,7 @@ def test_notes_style_step_trains_one_pair():
 
 
 def test_lesson_code_errors():
-    from utils import lesson_code
+    from tools import lesson_code
 
     with pytest.raises(FileNotFoundError, match="no notebook source"):
         lesson_code.load("99_missing")

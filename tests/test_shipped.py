@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from utils import shipped
-from utils import translation_corpus as tc
+from tools import translation_corpus as tc
 from utils.data import MD5_LIST, MNIST_FILES, prepare_mnist
 from utils.paths import DATA_DIR, REPO_ROOT
 from utils.seq2seq import read_lines, read_pairs

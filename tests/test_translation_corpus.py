@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from utils import translation_corpus as tc
+from tools import translation_corpus as tc
 from utils.seq2seq import normalize_string, read_pairs
 
 
@@ -95,7 +95,7 @@ def test_pyrealb_imports_without_resource_warnings():
     import subprocess
     import sys
 
-    code = "from utils import translation_corpus as tc; tc.import_pyrealb(); import pyrealb; print('clean')"
+    code = "from tools import translation_corpus as tc; tc.import_pyrealb(); import pyrealb; print('clean')"
     done = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", code],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == "clean\n" and "ResourceWarning" not in done.stderr, done.stderr

@@ -11,7 +11,7 @@ Typical use in a notebook::
 from utils.device import DEVICE_ENV_VAR, get_device
 from utils.paths import DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, relpath
 from utils.seed import seed_everything
-from utils.show import fmt, show, show_warning
+from utils.printing import fmt, show, show_warning
 
 _LAZY = {"plot_curves", "plot_image_grid", "plot_matrix"}
 

@@ -2,7 +2,7 @@
 
 Only the plumbing that is not the lesson lives here; the encoder, the decoders and their attention,
 the training step, greedy decoding and evaluation are written in notebook 05 itself, and the
-benchmark and tests run those cells (:mod:`utils.lesson_code`). What is here:
+benchmark and tests run those cells (:mod:`tools.lesson_code`). What is here:
 
 * text: :func:`normalize_string` (the notes' normalisation, with French ligatures fixed),
   :func:`read_pairs` (Tatoeba's tab-separated ``eng-fra.txt`` or the course's generated corpus, checked

@@ -11,7 +11,7 @@ later (an ``IndexError``, a bare ``AssertionError``, a ``UnicodeDecodeError`` wi
 name) or, worse, into silently different data (``chair`` read as ``bhair``).
 
 Used by :mod:`utils.data` (MNIST, notebook 04), :mod:`utils.seq2seq` and
-:mod:`utils.translation_corpus` (the corpus, notebook 05); ``python -m utils.translation_corpus``
+:mod:`tools.translation_corpus` (the corpus, notebook 05); ``python -m tools.translation_corpus``
 rewrites the corpus lines of the manifest when it regenerates the corpus.
 """
 

@@ -39,7 +39,7 @@ Two files are written to ``data/`` (tab-separated, English first, like Tatoeba):
   column, the attribution, which readers ignore).
 
 Which combinations are held out is decided by a hash of the words (:func:`is_held_out`), not by
-the order of drawing. Regenerate both files with ``python -m utils.translation_corpus``
+the order of drawing. Regenerate both files with ``python -m tools.translation_corpus``
 (deterministic: the same bytes every time with pyrealb :data:`PYREALB_VERSION`; both files are
 prefixes of :func:`draw`, which the unit test uses to check the first lines quickly).
 
@@ -1330,7 +1330,7 @@ def write_corpus(corpus_file: Path = CORPUS_FILE, compositional_file: Path = COM
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m utils.translation_corpus", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.translation_corpus", description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--pairs", type=int, default=N_PAIRS, help="pairs in the main file")
     parser.add_argument("--compositional", type=int, default=N_COMPOSITIONAL, help="pairs in the compositional file")

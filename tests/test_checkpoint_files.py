@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.checkpoint import (
+from utils.checkpoint_files import (
     CHECKPOINT_FORMAT,
     CheckpointError,
     checkpoint_name,
@@ -377,7 +377,7 @@ def test_bad_path_and_load_arguments(tmp_path):
 
 
 def test_atomic_torch_save_round_trip_and_failure(tmp_path, monkeypatch):
-    from utils.checkpoint import atomic_torch_save
+    from utils.checkpoint_files import atomic_torch_save
 
     target = atomic_torch_save({"x": torch.arange(3)}, tmp_path / "sub" / "obj.pt")
     assert torch.equal(torch.load(target, weights_only=True)["x"], torch.arange(3))
@@ -399,7 +399,7 @@ def test_atomic_torch_save_round_trip_and_failure(tmp_path, monkeypatch):
 @pytest.mark.parametrize("broken", ["open", "fsync"])
 def test_folder_fsync_refused_does_not_fail_the_save(tmp_path, monkeypatch, broken):
     """Windows cannot open a folder; some network/FUSE filesystems reject fsync on one."""
-    from utils import checkpoint as ck
+    from utils import checkpoint_files as ck
 
     real_open, real_fsync = os.open, os.fsync
 
@@ -502,7 +502,7 @@ def _wider_head():
 @pytest.mark.parametrize("case", ["size mismatch", "another optimizer class", "optimizer over other parameters",
                                   "bad RNG record", "RNG record lacks numpy"])
 def test_failed_load_changes_nothing(tmp_path, case):
-    from utils.checkpoint import atomic_torch_save
+    from utils.checkpoint_files import atomic_torch_save
 
     model, opt, sched, scaler = _make()
     _train(model, opt, sched, scaler, 0, 2)
@@ -564,7 +564,7 @@ def test_writer_whose_temporary_was_taken_for_abandoned_starts_again(tmp_path, m
     import fcntl
     import types
 
-    from utils import checkpoint as ck
+    from utils import checkpoint_files as ck
 
     raced = []
 
@@ -586,7 +586,7 @@ def test_without_flock_old_temporaries_are_removed(tmp_path, monkeypatch):
     """Windows has no fcntl: there an unlocked temporary file counts as abandoned after an hour."""
     import time
 
-    from utils import checkpoint as ck
+    from utils import checkpoint_files as ck
 
     monkeypatch.setattr(ck, "fcntl", None)
     old, fresh = tmp_path / ".checkpoint_00000001.pt.aaaaaaaa.tmp", tmp_path / ".checkpoint_00000002.pt.bbbbbbbb.tmp"
@@ -650,7 +650,7 @@ def test_file_size_limit_is_named(tmp_path):
 
 @pytest.mark.parametrize("fallback", [False, True])
 def test_load_lists_again_when_the_newest_is_pruned(tmp_path, monkeypatch, fallback):
-    from utils import checkpoint as ck
+    from utils import checkpoint_files as ck
 
     model = nn.Linear(2, 1)
     for step in (1, 2, 3):
@@ -729,7 +729,7 @@ def test_map_location_of_a_missing_device_gets_the_right_advice(tmp_path):
 
 
 def test_module_prefix_in_a_course_file_is_hinted(tmp_path):
-    from utils.checkpoint import atomic_torch_save
+    from utils.checkpoint_files import atomic_torch_save
 
     model = nn.Linear(2, 1)
     path = save_checkpoint(tmp_path, model=model, step=1)

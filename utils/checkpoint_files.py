@@ -5,7 +5,7 @@ these helpers. Other code only calls them: notebook 07 saves and resumes a ``Gra
 ``save_checkpoint(..., scaler=...)`` and ``load_checkpoint``, and the DDP scripts of notebook 08
 (written by the notebook into ``notebooks/runs/``) write their checkpoints with :func:`atomic_torch_save`::
 
-    from utils.checkpoint import load_checkpoint, latest_checkpoint, save_checkpoint
+    from utils.checkpoint_files import load_checkpoint, latest_checkpoint, save_checkpoint
 
     if latest_checkpoint(ckpt_dir) is not None:                 # resume after a crash
         info = load_checkpoint(ckpt_dir, model=model, optimizer=opt, scheduler=sched, fallback=True)
@@ -854,7 +854,7 @@ def _prefix_hint(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
                 f". All its keys start with '{prefix}': the state_dict of a {wrapper} wrapper, which "
                 "save_checkpoint never writes (it unwraps the model). Strip the prefix: payload = "
                 "torch.load(file, weights_only=True); torch.nn.modules.utils.consume_prefix_in_state_dict_if_present("
-                f"payload['model'], '{prefix}'); utils.checkpoint.atomic_torch_save(payload, file) "
+                f"payload['model'], '{prefix}'); utils.checkpoint_files.atomic_torch_save(payload, file) "
                 '(notebook 06, section 8, "The module. prefix of DataParallel and DDP")'
             )
     return ""

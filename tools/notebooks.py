@@ -13,9 +13,9 @@ backend and warning filters.
 
 Command line::
 
-    python -m utils.notebooks execute [NAME ...]   # sync .py -> .ipynb and run (all by default)
-    python -m utils.notebooks check                # report notebooks that are stale or broken
-    python -m utils.notebooks learner [NAME ...]   # run them as a learner does (make test-learner)
+    python -m tools.notebooks execute [NAME ...]   # sync .py -> .ipynb and run (all by default)
+    python -m tools.notebooks check                # report notebooks that are stale or broken
+    python -m tools.notebooks learner [NAME ...]   # run them as a learner does (make test-learner)
 """
 
 from __future__ import annotations
@@ -429,7 +429,7 @@ def _execute_one(py: Path) -> tuple[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m utils.notebooks", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.notebooks", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("execute", help="sync .py -> .ipynb and store fresh outputs")
     ex.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")

@@ -1,0 +1,7 @@
+"""Course tooling: not part of what a learner imports in a lesson.
+
+* :mod:`tools.notebooks` -- ``make execute``, ``make check``, ``make test-learner`` and the test session's
+  notebook environment (``conftest.py``);
+* :mod:`tools.lesson_code` -- runs a notebook's shared cells for ``tests/`` and ``benchmarks/``;
+* :mod:`tools.translation_corpus` -- generates notebook 05's corpus (``python -m tools.translation_corpus``).
+"""
