@@ -35,8 +35,18 @@ def test_plot_image_grid_shapes():
     fig = plot_image_grid(torch.rand(5, 1, 8, 8), titles=list("abcde"), ncols=3)
     assert len(fig.axes) == 6  # 2 rows x 3 columns, the last one empty
     assert [ax.get_title() for ax in fig.axes[:5]] == list("abcde")
-    plot_image_grid(torch.rand(2, 3, 8, 8))
-    plot_image_grid(torch.rand(2, 8, 8))
+
+
+def test_plot_image_grid_shows_each_image():
+    """Colour images are drawn channels-last and stretched to [0, 1]; grey ones as given, in the grey map."""
+    colour = torch.rand(2, 3, 8, 8) * 4 - 1
+    shown = plot_image_grid(colour).axes[1].images[0].get_array()
+    stretched = (colour[1] - colour[1].min()) / (colour[1].max() - colour[1].min())
+    np.testing.assert_allclose(shown, stretched.permute(1, 2, 0).numpy(), atol=1e-6)
+    grey = torch.rand(2, 8, 8)
+    [image] = plot_image_grid(grey).axes[1].images
+    np.testing.assert_array_equal(image.get_array(), grey[1].numpy())
+    assert image.get_cmap().name == "gray"
 
 
 @pytest.mark.parametrize("shape", [(8, 8), (2, 2, 8, 8), (0, 1, 8, 8)])
@@ -55,8 +65,13 @@ def test_plot_image_grid_other_errors():
 
 
 def test_plot_matrix():
-    fig = plot_matrix(torch.eye(3), xlabels=list("abc"), ylabels=list("xyz"), annotate=True, title="I")
-    assert fig.axes[0].get_title() == "I"
+    matrix = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.5], [7.0, 8.0, 9.0]])
+    ax = plot_matrix(matrix, xlabels=list("abc"), ylabels=list("xyz"), annotate=True, title="M").axes[0]
+    assert ax.get_title() == "M"
+    np.testing.assert_array_equal(ax.images[0].get_array(), matrix.numpy())  # row r drawn at height r
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("abc")
+    assert [t.get_text() for t in ax.get_yticklabels()] == list("xyz")
+    assert {t.get_position(): t.get_text() for t in ax.texts}[(2, 1)] == "6.5"  # (column, row)
     with pytest.raises(ValueError, match="2-D"):
         plot_matrix(np.zeros(3))
     with pytest.raises(ValueError, match="2 xlabels for 3 columns"):
