@@ -1,14 +1,22 @@
+import importlib.util
+
 import pytest
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from utils import DATA_DIR, REPO_ROOT, relpath
+from utils import REPO_ROOT, paths, relpath
 from utils.tb import read_events
 
 
-def test_repo_layout():
-    assert (REPO_ROOT / "utils" / "__init__.py").is_file()
-    assert DATA_DIR == REPO_ROOT / "data"
+def test_paths_find_the_checkout_from_any_working_directory(tmp_path, monkeypatch):
+    """utils/paths.py run afresh from another folder (as a notebook or torchrun script is): same folders."""
+    monkeypatch.chdir(tmp_path)
+    spec = importlib.util.spec_from_file_location("fresh_paths", paths.__file__)
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    assert (fresh.DATA_DIR / "SHA256SUMS").is_file() and (fresh.DATA_DIR / "mnist").is_dir()
+    assert (fresh.NOTEBOOKS_DIR / "sanitize.cfg").is_file()
+    assert fresh.relpath(fresh.DATA_DIR / "mnist") == "data/mnist"
 
 
 def test_relpath_inside_and_outside(tmp_path):
