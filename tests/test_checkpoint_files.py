@@ -25,17 +25,6 @@ from utils.checkpoint_files import (
     unwrap_model,
 )
 
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors gain nothing from threads; on a busy 2-core machine they only add waiting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 _GEN = torch.Generator().manual_seed(1)
 X = torch.randn(64, 4, generator=_GEN)
 Y = torch.randn(64, 2, generator=_GEN)

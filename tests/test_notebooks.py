@@ -1,10 +1,13 @@
 """The notebooks' stored outputs are trustworthy, and the harness is configured as README says."""
 
 import configparser
+import contextlib
+import os
 import re
 
 import nbformat
 import pytest
+import torch
 
 from utils import REPO_ROOT
 from tools.notebooks import (
@@ -209,6 +212,17 @@ def test_warning_lines_are_found_in_text_and_stderr():
     assert _warning_lines(again) <= _warning_lines(cell)  # the same warning from another run and place
 
 
+@contextlib.contextmanager
+def _environ_restored():
+    """apply_test_env writes os.environ itself, out of monkeypatch's sight: put it back afterwards."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.mark.parametrize(("variables", "expected", "absent"), [
     ({}, {"OMP_NUM_THREADS": "1", "TORCH_COURSE_DEVICE": "cpu"}, set()),
     ({"TORCH_COURSE_NUMERICS": "two-threads"}, {"OMP_NUM_THREADS": "2"}, {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}),
@@ -216,11 +230,8 @@ def test_warning_lines_are_found_in_text_and_stderr():
 ])
 def test_test_targets_get_their_environment(monkeypatch, variables, expected, absent):
     """What conftest.py applies: the notebook kernels of make test, test-portable and test-lax inherit it."""
-    import os
-
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
-    saved = dict(os.environ)
-    try:
+    with _environ_restored():
         for key in ("TORCH_COURSE_NUMERICS", "TORCH_COURSE_GPU", "TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES",
                     *PINNED_X86_NUMERICS):
             os.environ.pop(key, None)
@@ -229,6 +240,14 @@ def test_test_targets_get_their_environment(monkeypatch, variables, expected, ab
         apply_test_env()
         assert {k: os.environ.get(k) for k in expected} == expected
         assert not absent & set(os.environ)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+
+
+def test_this_session_runs_as_conftest_promises():
+    """The nbval kernels inherit this process's environment: applying it again must change nothing.
+    The unit tests run on one thread (two test workers share two cores)."""
+    with _environ_restored():
+        before = dict(os.environ)
+        apply_test_env()
+        changed = {k: (before.get(k), v) for k, v in os.environ.items() if before.get(k) != v}
+    assert changed == {}, "conftest.py did not apply apply_test_env(): (now, expected)"
+    assert torch.get_num_threads() == 1

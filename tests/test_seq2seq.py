@@ -25,15 +25,6 @@ from utils.seq2seq import (
 lesson = load("05_seq2seq_translation")  # the models as notebook 05 writes them
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread is fastest, and two threads crawl on a busy two-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_normalize_string_follows_the_notes():
     assert normalize_string("Ne l'a-t-elle pas vue ?") == "ne l a t elle pas vue ?"
     assert normalize_string("  Il fait froid!  ") == "il fait froid !"
