@@ -4,6 +4,8 @@ import configparser
 import contextlib
 import os
 import re
+import shutil
+import subprocess
 
 import nbformat
 import pytest
@@ -158,12 +160,36 @@ def test_sanitize_file_has_no_empty_replacement():
         re.compile(cfg[section]["regex"])
 
 
-def test_ci_runs_what_the_readme_says():
-    ci = (REPO_ROOT / ".ci" / "run").read_text()
-    assert re.search(r"^make test$", ci, re.M) and re.search(r"^make test-portable$", ci, re.M)
-    readme = (REPO_ROOT / "README.md").read_text()
-    for command in ("make lab", "make test", "make execute", "make test-portable", "make test-lax", "make test-learner"):
-        assert command in readme
+MAKE_COMMAND = re.compile(r"(?:`|^)(?:[A-Z_]+=\S+ )*make ([a-z][\w-]*)", re.M)
+"""``make X`` as the course writes it for a reader: in backticks or at the start of a line, maybe after VAR=value."""
+
+
+def _make_commands_mentioned() -> dict[str, set[str]]:
+    """``{target: files}`` for every ``make`` command in the docs, CI and the messages of the course's code."""
+    places = [REPO_ROOT / "README.md", REPO_ROOT / ".ci" / "run", *REPO_ROOT.glob("*/*.md"),
+              *[p for folder in ("utils", "tools", "notebooks", "benchmarks") for p in (REPO_ROOT / folder).rglob("*.py")]]
+    found: dict[str, set[str]] = {}
+    for path in places:
+        for target in MAKE_COMMAND.findall(path.read_text(encoding="utf-8")):
+            found.setdefault(target, set()).add(path.relative_to(REPO_ROOT).as_posix())
+    return found
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_every_make_command_the_course_mentions_is_a_target():
+    """What README, .ci/run, solutions/ and error messages tell a reader to run does something.
+
+    ``make -n`` prints the commands without running them; a name listed in .PHONY but without a rule
+    passes ``make -n`` too, so its output must not be "Nothing to be done".
+    """
+    mentioned = _make_commands_mentioned()
+    assert {"lab", "test", "execute"} <= set(mentioned)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # not make test's
+    for target, files in sorted(mentioned.items()):
+        dry = subprocess.run(["make", "-n", target], cwd=REPO_ROOT, capture_output=True, text=True,
+                             env={**env, "LC_ALL": "C"}, timeout=60)
+        assert dry.returncode == 0 and "Nothing to be done" not in dry.stdout, (
+            f"{sorted(files)} mention `make {target}`: {dry.stderr.strip() or dry.stdout.strip()}")
 
 
 def test_x86_numerics_are_pinned(monkeypatch):
