@@ -38,9 +38,16 @@ def test_manifest_lists_every_committed_data_file_with_its_digest():
         assert check_shipped(DATA_DIR / name) is True
 
 
-def test_gitattributes_keep_data_bytes_exact():
-    # a checkout that converted line endings (Windows, core.autocrlf) would change every digest
-    assert "data/** -text" in (REPO_ROOT / ".gitattributes").read_text().splitlines()
+def test_git_never_converts_the_line_endings_of_shipped_files():
+    """A checkout that converted line endings (Windows, core.autocrlf) would change every digest."""
+    files = ["data/SHA256SUMS", *(f"data/{name}" for name in read_manifest())]
+    try:
+        attrs = subprocess.run(["git", "check-attr", "text", "--", *files], cwd=REPO_ROOT, capture_output=True,
+                               text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    assert len(attrs) == len(files)
+    assert [a for a in attrs if not a.endswith(": text: unset")] == [], ".gitattributes must say: data/** -text"
 
 
 @pytest.fixture
