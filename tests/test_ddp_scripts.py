@@ -12,6 +12,8 @@ from utils.ddp.common import choose_backend, distributed, env_int, report, save_
 from utils.launch import TorchrunError, leftover_processes, load_rank_results, run_torchrun
 from utils.paths import NOTEBOOKS_DIR
 
+reads_proc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="leftover check reads /proc")
+
 
 def test_distributed_joins_and_always_destroys(monkeypatch, tmp_path):
     """distributed() joins the group torchrun describes (here: one process) and destroys it, even after an error."""
@@ -45,7 +47,6 @@ def test_env_helpers_without_torchrun(monkeypatch, capfd):
         choose_backend("gpu")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="leftover check reads /proc")
 def hello_script(folder: Path) -> Path:
     """Notebook 08's smallest program (its ``%%writefile runs/hello.py`` cell), written into ``folder``."""
     nb = jupytext.read(NOTEBOOKS_DIR / "08_data_parallel_ddp.py")
@@ -55,6 +56,7 @@ def hello_script(folder: Path) -> Path:
     return path
 
 
+@reads_proc
 def test_torchrun_end_to_end(tmp_path):
     """One real launch of notebook 08's hello: sorted rank lines, result files, a destroyed group, no process left."""
     result = run_torchrun(hello_script(tmp_path), nproc=2, args=["--device", "cpu", "--out", tmp_path], timeout=180)
@@ -66,6 +68,7 @@ def test_torchrun_end_to_end(tmp_path):
     assert leftover_processes([result.launch_id]) == []
 
 
+@reads_proc
 def test_torchrun_failure_reports_worker_error(tmp_path):
     """A worker that fails at once (bad argument): the error names the command and shows its stderr."""
     with pytest.raises(TorchrunError, match=r"(?s)exit status 1.*invalid choice: 'gpu'") as info:

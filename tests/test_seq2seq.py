@@ -160,8 +160,11 @@ def test_models_start_equal_except_the_score():
     for name in lesson.ATTENTION:
         torch.manual_seed(0)
         weights[name] = lesson.build_model(name, src, tgt, hidden_size=8).state_dict()
+    shared = weights.pop("none")  # the model without attention has only the shared weights
+    assert {name: sorted({k.split(".")[2] for k in set(state) - set(shared)}) for name, state in weights.items()} == {
+        "location": ["score"], "content": ["U", "W", "v"]}
     for name, state in weights.items():
-        assert all(torch.equal(v, state[k]) for k, v in weights["none"].items())
+        assert [k for k, v in shared.items() if not torch.equal(v, state[k])] == [], name
 
 
 def test_models_learn_a_tiny_corpus_and_translate():
