@@ -1,4 +1,4 @@
-"""Each module of ``utils/`` and ``tools/`` names the notebooks that import it, and ``utils/`` holds only what must be there.
+"""Each module of ``utils/`` and ``tools/`` names the notebooks that import it; ``utils/`` holds only what must.
 
 The names are read from the first paragraph of the module's docstring, in one of three forms:
 ``Used by notebooks 04, 06 and 08.`` (or ``notebook 05``), ``Used by every notebook.``, ``Used by no notebook.``
@@ -92,7 +92,8 @@ def importing_notebooks() -> dict[str, set[str]]:
 
 def test_the_import_scan_sees_each_form_of_import():
     source = ("from utils import fmt, plot_curves\nimport utils.launch\nfrom utils.ddp.common import report\n"
-              "from tools import translation_corpus as tc\nex = Checker('07')\nfrom torch.utils.data import DataLoader\n")
+              "from tools import translation_corpus as tc\nex = Checker('07')\n"
+              "from torch.utils.data import DataLoader\n")
     assert imported_modules(source) == {
         "utils", "utils.printing", "utils.plotting", "utils.launch", "utils.ddp", "utils.ddp.common", "tools",
         "tools.translation_corpus", "utils.exercises", "utils.exercises.nb07"}
