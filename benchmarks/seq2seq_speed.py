@@ -33,8 +33,7 @@ import torch
 
 from utils import get_device, seed_everything
 from tools.lesson_code import load
-from utils.seq2seq import build_langs, filter_pairs, make_batches, read_pairs, split_pairs
-from tools.translation_corpus import CORPUS_FILE
+from utils.seq2seq import CORPUS_FILE, build_langs, filter_pairs, make_batches, read_pairs, split_pairs
 
 
 class Clock:

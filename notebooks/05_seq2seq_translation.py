@@ -67,12 +67,16 @@ from utils import get_device, plot_curves, relpath, seed_everything  # noqa: E40
 from tools import translation_corpus as tc  # noqa: E402
 from utils.shipped import is_shipped  # noqa: E402
 from utils.seq2seq import (  # noqa: E402
+    COMPOSITIONAL_FILE,
+    CORPUS_FILE,
     ENG_PREFIXES,
+    N_COMPOSITIONAL,
     UnknownWordError,
     batch_tensors,
     build_langs,
     filter_pairs,
     make_batches,
+    read_compositional,
     read_lines,
     read_pairs,
     split_pairs,
@@ -118,7 +122,8 @@ assert she_sees_black_cats(*examples[3]) == ("Elle ne les a pas vus.", "She did 
 # Look at what changed between the languages: the French adjective follows the noun (*chats noirs* / *black cats*),
 # the French object pronoun moves before the verb (*les a vus* / *see them*), and the past participle *vus* agrees
 # with that preceding plural object. A real translation problem has more than word order, so the grammar in
-# `tools/translation_corpus.py` also writes:
+# `tools/translation_corpus.py`, the course's corpus generator (course tooling in `tools/`, not a lesson helper: this
+# notebook imports it as `tc` only to show its grammar, and reads the corpus with `utils.seq2seq`), also writes:
 #
 # | phenomenon | French | English |
 # |---|---|---|
@@ -143,13 +148,13 @@ assert she_sees_black_cats(*examples[3]) == ("Elle ne les a pas vus.", "She did 
 # names it and says how to restore it.
 
 # %%
-for path in (tc.CORPUS_FILE, tc.COMPOSITIONAL_FILE):
+for path in (CORPUS_FILE, COMPOSITIONAL_FILE):
     lines = read_lines(path)  # checks the file against data/SHA256SUMS first
     print(f"{relpath(path)}: {len(lines)} lines, {path.stat().st_size / 1e6:.2f} MB")
     for line in lines[:2]:
         print("   ", line.replace("\t", " <TAB> "))
-assert len(lines) == tc.N_COMPOSITIONAL and tc.CORPUS_FILE.stat().st_size < 3e6
-assert all(is_shipped(p) for p in (tc.CORPUS_FILE, tc.COMPOSITIONAL_FILE))  # listed in data/SHA256SUMS: checked
+assert len(lines) == N_COMPOSITIONAL and CORPUS_FILE.stat().st_size < 3e6
+assert all(is_shipped(p) for p in (CORPUS_FILE, COMPOSITIONAL_FILE))  # listed in data/SHA256SUMS: checked
 assert ord("c") ^ ord("b") == 0b1  # c -> b: one bit
 
 # %% [markdown]
@@ -186,7 +191,7 @@ assert notes_normalize(sentence) == "ma s ur n est elle pas la ?" and normalize_
 # attribution) is ignored. `tests/test_seq2seq.py` checks this path with a tiny file in that format.
 
 # %%
-pairs = filter_pairs(read_pairs(tc.CORPUS_FILE, reverse=True))
+pairs = filter_pairs(read_pairs(CORPUS_FILE, reverse=True))
 print(len(pairs), "pairs, e.g.", random.Random(1).choice(pairs))
 fra_words = {w for fr, _ in pairs for w in fr.split()}
 eng_words = {w for _, en in pairs for w in en.split()}
@@ -227,7 +232,7 @@ for name, pattern in patterns.items():
 
 # %%
 train, val, test = split_pairs(pairs, (0.8, 0.1, 0.1), seed=0)
-comp_rows = tc.read_compositional()
+comp_rows = read_compositional()
 comp = [(fr, en) for fr, en, _ in comp_rows]
 print(f"train {len(train)}, validation {len(val)}, random test {len(test)}, compositional test {len(comp)}")
 train_src, train_tgt = {a for a, _ in train}, {b for _, b in train}

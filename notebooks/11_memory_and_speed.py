@@ -816,19 +816,19 @@ optimizer = torch.optim.SGD(mlp.parameters(), lr=0.1)
 xb, yb = torch.randn(64, 256, device=device), torch.randn(64, 10, device=device)
 
 
-def train_step():
+def mlp_step():
     optimizer.zero_grad()
     F.mse_loss(mlp(xb), yb).backward()
     optimizer.step()
 
 
-train_step()  # warm-up: the first call allocates
+mlp_step()  # warm-up: the first call allocates
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
 with profile(activities=activities) as prof:
-    with record_function("train_step"):
-        train_step()
+    with record_function("mlp_step"):
+        mlp_step()
 events = {e.key: e for e in prof.key_averages()}
-for op in ("train_step", "aten::addmm", "aten::relu", "aten::mse_loss", "aten::mm", "aten::threshold_backward",
+for op in ("mlp_step", "aten::addmm", "aten::relu", "aten::mse_loss", "aten::mm", "aten::threshold_backward",
            "Optimizer.step#SGD.step", "aten::add_", "aten::_foreach_add_"):
     print(f"{op:28} calls {events[op].count if op in events else 0}")
 assert events["aten::addmm"].count == 2 and events["aten::mm"].count == 3

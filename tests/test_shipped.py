@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from utils import shipped
-from tools import translation_corpus as tc
 from utils.data import MD5_LIST, MNIST_FILES, prepare_mnist
 from utils.paths import DATA_DIR, REPO_ROOT
-from utils.seq2seq import read_lines, read_pairs
+from utils.seq2seq import COMPOSITIONAL_FILE, CORPUS_FILE, read_compositional, read_lines, read_pairs
 from utils.shipped import DataFileError, check_shipped, read_manifest, update_manifest
 
 
@@ -55,7 +54,7 @@ def corpus_copy(tmp_path, monkeypatch) -> Path:
     """A copy of data/ (corpus files and manifest) that the checks use instead of the real one."""
     data = tmp_path / "data"
     data.mkdir()
-    for name in (tc.CORPUS_FILE.name, tc.COMPOSITIONAL_FILE.name, "SHA256SUMS"):
+    for name in (CORPUS_FILE.name, COMPOSITIONAL_FILE.name, "SHA256SUMS"):
         shutil.copy(DATA_DIR / name, data / name)
     monkeypatch.setattr(shipped, "MANIFEST", data / "SHA256SUMS")
     return data
@@ -87,29 +86,29 @@ def _not_utf8(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [_flip_letter, _drop_line, _truncate, _empty, _not_utf8])
-@pytest.mark.parametrize("name", [tc.CORPUS_FILE.name, tc.COMPOSITIONAL_FILE.name])
+@pytest.mark.parametrize("name", [CORPUS_FILE.name, COMPOSITIONAL_FILE.name])
 def test_a_damaged_corpus_file_is_refused_with_its_name_and_the_fix(corpus_copy, name, damage):
     path = corpus_copy / name
     damage(path)
-    reader = tc.read_compositional if name == tc.COMPOSITIONAL_FILE.name else read_pairs
+    reader = read_compositional if name == COMPOSITIONAL_FILE.name else read_pairs
     with pytest.raises(DataFileError, match=rf"{name} is damaged: its SHA-256 is .*git checkout -- .*{name}"):
         reader(path)
 
 
 def test_a_missing_shipped_file_says_how_to_restore_it(corpus_copy):
-    (corpus_copy / tc.CORPUS_FILE.name).unlink()
+    (corpus_copy / CORPUS_FILE.name).unlink()
     with pytest.raises(FileNotFoundError, match=r"eng-fra-course\.txt is missing: restore .*git checkout"):
-        check_shipped(corpus_copy / tc.CORPUS_FILE.name)
+        check_shipped(corpus_copy / CORPUS_FILE.name)
 
 
 def test_a_damaged_manifest_names_itself(corpus_copy):
     manifest = corpus_copy / "SHA256SUMS"
     manifest.write_bytes(manifest.read_bytes().replace(b"  ", b" ? ", 1))
     with pytest.raises(DataFileError, match=r"SHA256SUMS line 1 is not 'SHA256  FILE'"):
-        read_pairs(corpus_copy / tc.CORPUS_FILE.name)
+        read_pairs(corpus_copy / CORPUS_FILE.name)
     manifest.write_bytes(b"\xff\xfe")
     with pytest.raises(DataFileError, match=r"SHA256SUMS is corrupt \(not plain ASCII\)"):
-        read_pairs(corpus_copy / tc.CORPUS_FILE.name)
+        read_pairs(corpus_copy / CORPUS_FILE.name)
 
 
 def test_a_corpus_of_your_own_is_read_without_a_digest_but_bad_bytes_name_it(tmp_path):
@@ -128,7 +127,7 @@ def test_a_corpus_of_your_own_is_read_without_a_digest_but_bad_bytes_name_it(tmp
 def test_update_manifest_rewrites_only_the_given_files(corpus_copy):
     manifest = corpus_copy / "SHA256SUMS"
     before = read_manifest(manifest)
-    path = corpus_copy / tc.CORPUS_FILE.name
+    path = corpus_copy / CORPUS_FILE.name
     _drop_line(path)
     update_manifest([path])
     after = read_manifest(manifest)

@@ -3,7 +3,7 @@ import itertools
 import pytest
 
 from tools import translation_corpus as tc
-from utils.seq2seq import normalize_string, read_pairs
+from utils.seq2seq import normalize_string, read_compositional, read_pairs
 
 
 def _lines(path):
@@ -51,7 +51,7 @@ def test_compositional_pairs_hold_out_combinations():
     drawn = list(itertools.islice(tc.iter_pairs(tc.SEED), 300))
     categories = {c for p in drawn for c in p.categories}
     assert categories == {"adjective+noun", "verb+pronoun", "name+question", "place+verb"}
-    comp = tc.read_compositional()
+    comp = read_compositional()
     assert len(comp) == tc.N_COMPOSITIONAL and {c for *_, cats in comp for c in cats} == categories
     assert comp[0][:2] == read_pairs(tc.COMPOSITIONAL_FILE)[0]  # the third column is ignored by read_pairs
     share = sum(tc.is_held_out(("adjective+noun", a.fr, n.fr)) for a in tc.ADJECTIVES for n in tc.NOUNS)

@@ -1,4 +1,5 @@
-"""Course tooling: not part of what a learner imports in a lesson.
+"""Course tooling: what makes, checks and measures the course, not what a lesson imports.
+Used by notebook 05 only, which imports :mod:`tools.translation_corpus` to show the corpus generator's grammar.
 
 * :mod:`tools.notebooks` -- ``make execute``, ``make check``, ``make test-learner`` and the test session's
   notebook environment (``conftest.py``);

@@ -1,4 +1,5 @@
 """Import the code a notebook teaches, from the notebook itself.
+Run by ``benchmarks/seq2seq_speed.py``, ``tests/test_seq2seq.py`` and ``tests/test_mnist_loop.py``.
 
 Notebook 05 writes its models, training step, decoding and evaluation in its own cells, where a
 learner reads and edits them, and notebook 04 its training loop. ``benchmarks/seq2seq_speed.py``,

@@ -1,4 +1,5 @@
-"""Authoring and checking the course notebooks (used by ``make execute`` and the tests).
+"""Authoring and checking the course notebooks.
+Run by ``make execute``, ``make check``, ``make test-learner``, ``conftest.py`` and ``tests/test_notebooks.py``.
 
 Each notebook has two files in ``notebooks/``:
 

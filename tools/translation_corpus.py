@@ -1,4 +1,8 @@
-"""The course's French-English sentence pairs, generated offline with pyrealb.
+"""The course's French-English sentence pairs, generated offline with pyrealb: the corpus *generator*.
+Run by ``python -m tools.translation_corpus`` (by hand, after a change to the grammar) and
+``tests/test_translation_corpus.py``. Used by notebook 05 only to show the generator's grammar (its word lists
+and held-out rule); the notebook reads the corpus, as everything else does, with :mod:`utils.seq2seq`, which holds
+the files' paths and sizes and :func:`~utils.seq2seq.read_compositional`.
 
 The teacher's notes train their translator on Tatoeba's ``eng-fra.txt`` (English<TAB>French, one
 pair per line). That file cannot be downloaded while the course runs, so this module writes a
@@ -62,20 +66,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from utils import shipped
-from utils.paths import DATA_DIR
-
-CORPUS_FILE: Path = DATA_DIR / "eng-fra-course.txt"
-"""Generated pairs for training and the random test split (English<TAB>French)."""
-
-COMPOSITIONAL_FILE: Path = DATA_DIR / "eng-fra-course-compositional.txt"
-"""Generated pairs whose word/structure combinations never occur in :data:`CORPUS_FILE`."""
+from utils.seq2seq import COMPOSITIONAL_FILE, CORPUS_FILE, N_COMPOSITIONAL, N_PAIRS, normalize_string
 
 PYREALB_VERSION = "3.3.1"
 """The pyrealb release the stored files were generated with (another release may word things differently)."""
 
 SEED = 0
-N_PAIRS = 24_000
-N_COMPOSITIONAL = 1_000
 MAX_TOKENS = 12
 """At most this many tokens per side after the notes' normalisation (punctuation counts)."""
 
@@ -1209,8 +1205,6 @@ def held_out_counts() -> dict[str, tuple[int, int]]:
 
 
 def _tokens(sentence: str) -> list[str]:
-    from utils.seq2seq import normalize_string
-
     return normalize_string(sentence).split()
 
 
@@ -1292,27 +1286,6 @@ def to_tsv(pairs: list[GeneratedPair]) -> str:
     """
     return "".join(f"{p.english}\t{p.french}" + (f"\t{'; '.join(p.held_out)}" if p.held_out else "") + "\n"
                    for p in pairs)
-
-
-def read_compositional(path: Path = COMPOSITIONAL_FILE) -> list[tuple[str, str, tuple[str, ...]]]:
-    """Read the compositional file as ``(french, english, categories)``, sentences normalised.
-
-    Raises:
-        FileNotFoundError: no such file.
-        DataFileError: the shipped file is damaged, or a file is not UTF-8 or empty.
-        ValueError: a line lacks the third column (then it is not a compositional file).
-    """
-    from utils.seq2seq import normalize_string, read_lines
-
-    path = Path(path)
-    out = []
-    for number, line in enumerate(read_lines(path), 1):
-        cols = line.split("\t")
-        if len(cols) != 3:
-            raise ValueError(f"{path.name} line {number}: expected English<TAB>French<TAB>combinations")
-        categories = tuple(sorted({c.strip().split("(")[0] for c in cols[2].split(";")}))
-        out.append((normalize_string(cols[1]), normalize_string(cols[0]), categories))
-    return out
 
 
 def write_corpus(corpus_file: Path = CORPUS_FILE, compositional_file: Path = COMPOSITIONAL_FILE,

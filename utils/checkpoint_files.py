@@ -1,4 +1,5 @@
 """Crash-proof training checkpoints: atomic saves, the last N kept, and an exact resume.
+Used by notebooks 06, 07 and 08.
 
 Notebook 06 teaches *why* each piece is here and writes the atomic save out in full before using
 these helpers. Other code only calls them: notebook 07 saves and resumes a ``GradScaler`` with

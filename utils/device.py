@@ -1,4 +1,4 @@
-"""Choosing the device a notebook runs on.
+"""Choosing the device a notebook runs on. Used by every notebook.
 
 The order is CUDA, then Apple's MPS, then the CPU. A reader can force a device with the
 environment variable ``TORCH_COURSE_DEVICE`` (for example ``TORCH_COURSE_DEVICE=cpu make lab``);

@@ -1,4 +1,4 @@
-"""Launching the course's distributed scripts with ``torchrun`` from a notebook or a test.
+"""Launching the course's distributed scripts with ``torchrun`` from a notebook or a test. Used by notebooks 08 and 09.
 
 A notebook cannot start DDP workers from functions defined in its own cells (``mp.spawn``
 pickles them by name from ``__main__``, which a kernel does not have). What works every time is

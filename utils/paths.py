@@ -1,4 +1,6 @@
-"""Where things live in the repository, independent of the current working directory."""
+"""Where things live in the repository, independent of the current working directory.
+Used by notebooks 03, 04, 05, 06 and 08, and by most modules of ``utils/``.
+"""
 
 from __future__ import annotations
 

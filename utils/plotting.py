@@ -1,4 +1,4 @@
-"""Plotting helpers reused across notebooks (loss curves, image grids, matrices).
+"""Plotting helpers reused across notebooks (loss curves, image grids, matrices). Used by notebooks 02, 03, 04 and 05.
 
 Each returns the matplotlib ``Figure`` so that a notebook can add to it, save it, or assert on
 it. Figures are rendered as PNG in notebooks; nbval does not compare PNG images, so a notebook

@@ -1,4 +1,4 @@
-"""A short, stable printer for tensors.
+"""A short, stable printer for tensors. Used by notebooks 01, 02, 03, 04, 07 and 10.
 
 ``print(tensor)`` is fine for small exact values, but floating-point results can differ in the
 last digits between machines (other CPUs, other BLAS kernels). Notebooks print computed floats

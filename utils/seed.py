@@ -1,4 +1,4 @@
-"""Seeding every random number generator a course notebook touches."""
+"""Seeding every random number generator a course notebook touches. Used by every notebook."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Corpus reading and batching for notebook 05 (also used by ``benchmarks/seq2seq_speed.py`` and the tests).
+"""Corpus reading and batching for notebook 05. Used by notebook 05. Lives in utils/ because
+``benchmarks/seq2seq_speed.py``, the tests and the corpus generator (``tools/translation_corpus.py``) read the
+corpus with the same code.
 
 Only the plumbing that is not the lesson lives here; the encoder, the decoders and their attention,
 the training step, greedy decoding and evaluation are written in notebook 05 itself, and the
@@ -6,7 +8,8 @@ benchmark and tests run those cells (:mod:`tools.lesson_code`). What is here:
 
 * text: :func:`normalize_string` (the notes' normalisation, with French ligatures fixed),
   :func:`read_pairs` (Tatoeba's tab-separated ``eng-fra.txt`` or the course's generated corpus, checked
-  against ``data/SHA256SUMS``),
+  against ``data/SHA256SUMS``), :func:`read_compositional` (the compositional split, with its held-out
+  categories), and the corpus files' paths and sizes (:data:`CORPUS_FILE`, :data:`COMPOSITIONAL_FILE`),
   :func:`filter_pairs` (the notes' length and "i am / he is ..." filters), :func:`split_pairs`
   (train / validation / test by sentence);
 * vocabulary: :class:`Lang` with padding, start, end and unknown tokens;
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from utils.paths import relpath
+from utils.paths import DATA_DIR, relpath
 from utils.shipped import DataFileError, check_shipped
 
 PAD_token, SOS_token, EOS_token, UNK_token = 0, 1, 2, 3
@@ -37,6 +40,16 @@ MAX_LENGTH = 13
 ENG_PREFIXES = ("i am ", "i m ", "he is", "he s ", "she is", "she s ", "you are", "you re ",
                 "we are", "we re ", "they are", "they re ")
 """The notes' filter on the English side of Tatoeba (after normalisation)."""
+
+CORPUS_FILE: Path = DATA_DIR / "eng-fra-course.txt"
+"""The course's generated pairs (English<TAB>French) for training and the random test split."""
+
+COMPOSITIONAL_FILE: Path = DATA_DIR / "eng-fra-course-compositional.txt"
+"""Generated pairs whose word/structure combinations never occur in :data:`CORPUS_FILE` (third column: which)."""
+
+N_PAIRS = 24_000
+N_COMPOSITIONAL = 1_000
+"""How many pairs each file holds (``python -m tools.translation_corpus`` writes both)."""
 
 # --------------------------------------------------------------------------------------------
 # Text
@@ -115,6 +128,25 @@ def read_pairs(path: str | Path, reverse: bool = True) -> list[tuple[str, str]]:
         eng, fra = normalize_string(cols[0]), normalize_string(cols[1])
         pairs.append((fra, eng) if reverse else (eng, fra))
     return pairs
+
+
+def read_compositional(path: str | Path = COMPOSITIONAL_FILE) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Read the compositional file as ``(french, english, categories)``, sentences normalised.
+
+    Raises:
+        FileNotFoundError: no such file.
+        DataFileError: see :func:`read_lines`.
+        ValueError: a line lacks the third column (then it is not a compositional file).
+    """
+    path = Path(path)
+    out = []
+    for number, line in enumerate(read_lines(path), 1):
+        cols = line.split("\t")
+        if len(cols) != 3:
+            raise ValueError(f"{path.name} line {number}: expected English<TAB>French<TAB>combinations")
+        categories = tuple(sorted({c.strip().split("(")[0] for c in cols[2].split(";")}))
+        out.append((normalize_string(cols[1]), normalize_string(cols[0]), categories))
+    return out
 
 
 def filter_pairs(pairs: Iterable[tuple[str, str]], max_length: int = MAX_LENGTH,

@@ -1,4 +1,6 @@
 """The data files shipped in ``data/`` and the SHA-256 manifest that proves them intact.
+Used by notebook 05. Lives in utils/ because :mod:`utils.data` (MNIST, notebook 04) and
+:mod:`utils.seq2seq` (the corpus, notebook 05) check each shipped file with it before reading it.
 
 ``data/SHA256SUMS`` lists every file the course ships under ``data/`` (the MNIST ``.gz`` files and
 their ``MD5SUMS.raw`` for notebook 04, the two translation corpora for notebook 05) with its

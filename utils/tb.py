@@ -1,4 +1,4 @@
-"""Reading TensorBoard event files back, so a notebook can prove what it logged.
+"""Reading TensorBoard event files back, so a notebook can prove what it logged. Used by notebooks 03 and 04.
 
 Writing stays visible in the notebooks (``SummaryWriter.add_scalar``/``add_image``/``add_graph``);
 this module only reads, with TensorBoard's own event reader.

@@ -1,4 +1,5 @@
 """Launch plumbing for the distributed programs of notebooks 08 and 09.
+Used by notebooks 08 and 09 (through :mod:`utils.ddp.common`).
 
 The smallest program (``hello``: three collectives), the DDP program, the hand-written SyncBatchNorm and
 the ring all-reduce are written *in* notebook 08,

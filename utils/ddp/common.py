@@ -1,4 +1,6 @@
 """What every DDP script of the course shares: joining the process group, reporting, saving results.
+Used by notebooks 08 and 09, in the scripts their ``%%writefile`` cells write and
+``torchrun`` runs.
 
 A script started by ``torchrun`` reads who it is from environment variables that torchrun sets
 (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``,

@@ -1,7 +1,8 @@
 """Self-checking exercises (练习) at the end of every notebook, and ``make progress``.
+Used by every notebook, in its "Exercises (练习)" section.
 
-Used by the "Exercises (练习)" section of every notebook (01–12). The checks for notebook ``NN`` live
-in ``utils/exercises/nbNN.py``; this module runs them and says what a learner needs to hear:
+The checks for notebook ``NN`` live in ``utils/exercises/nbNN.py``; this module runs them and says what a
+learner needs to hear:
 
 * an untouched stub says **not attempted yet** (a value left as ``...``, or a function that still
   raises ``NotImplementedError``);

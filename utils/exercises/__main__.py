@@ -1,4 +1,6 @@
-"""``python -m utils.exercises [NN ...]`` (``make progress``): which exercises pass, per notebook."""
+"""``python -m utils.exercises [NN ...]`` (``make progress``): which exercises pass, per notebook.
+Used by no notebook. Lives in utils/ because it is the package's command line, which a learner runs.
+"""
 
 import sys
 

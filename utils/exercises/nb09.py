@@ -1,5 +1,7 @@
 """Checks for the exercises of notebook 09 · sharding and distributed checkpoints
 (``notebooks/09_sharding_and_distributed_checkpoints.py``).
+Used by notebook 09, whose ``Checker("09")`` imports it by name. Lives in utils/ because
+the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 
 Nothing here starts a process or a process group: FSDP2's dim-0 sharding and a checkpoint's resharding are
 checked as tensor code, against ``torch.chunk`` (the rule ``fully_shard`` and ``Shard(0)`` follow).

@@ -1,4 +1,6 @@
 """Finding and running the "Exercises (练习)" section of a notebook (``make progress`` and the tests).
+Used by no notebook. Lives in utils/ because :mod:`utils.exercises.__main__` (``make progress``)
+and the tests run a notebook's exercise section with it.
 
 The section starts at the markdown heading ``## Exercises (练习)`` and ends at ``## Summary``. It
 is self-contained: its first code cell imports what the exercises need, so it runs in a fresh
