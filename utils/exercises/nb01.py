@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 01 · tensors (``notebooks/01_tensors.py``)."""
+"""Checks for the exercises of notebook 01 · tensors (``notebooks/src/01_tensors.py``)."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 02 · autograd (``notebooks/02_autograd.py``)."""
+"""Checks for the exercises of notebook 02 · autograd (``notebooks/src/02_autograd.py``)."""
 
 import torch
 import torch.nn.functional as F

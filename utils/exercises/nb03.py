@@ -1,4 +1,5 @@
-"""Checks for the exercises of notebook 03 · dynamic graphs and hooks (``notebooks/03_dynamic_graphs_and_hooks.py``)."""
+"""Checks for the exercises of notebook 03 · dynamic graphs and hooks
+(``notebooks/src/03_dynamic_graphs_and_hooks.py``)."""
 
 import torch
 import torch.nn.functional as F

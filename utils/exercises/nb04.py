@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 04 · MNIST and CNNs (``notebooks/04_mnist_cnn.py``)."""
+"""Checks for the exercises of notebook 04 · MNIST and CNNs (``notebooks/src/04_mnist_cnn.py``)."""
 
 import copy
 

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 05 · seq2seq translation (``notebooks/05_seq2seq_translation.py``)."""
+"""Checks for the exercises of notebook 05 · seq2seq translation (``notebooks/src/05_seq2seq_translation.py``)."""
 
 from collections import Counter
 

@@ -1,4 +1,5 @@
-"""Checks for the exercises of notebook 06 · save, load and checkpoints (``notebooks/06_save_load_checkpoints.py``)."""
+"""Checks for the exercises of notebook 06 · save, load and checkpoints
+(``notebooks/src/06_save_load_checkpoints.py``)."""
 
 import os
 import pickle

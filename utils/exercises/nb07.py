@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 07 · automatic mixed precision (``notebooks/07_mixed_precision.py``)."""
+"""Checks for the exercises of notebook 07 · automatic mixed precision (``notebooks/src/07_mixed_precision.py``)."""
 
 from collections import OrderedDict
 

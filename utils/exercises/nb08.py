@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 08 · DataParallel and DDP (``notebooks/08_data_parallel_ddp.py``).
+"""Checks for the exercises of notebook 08 · DataParallel and DDP (``notebooks/src/08_data_parallel_ddp.py``).
 
 Nothing here starts a process or a process group: the distributed ideas are checked as plain functions
 (ranks as arithmetic, ``DistributedSampler`` as index lists, SyncBN as a merge of per-rank statistics).

@@ -1,5 +1,5 @@
 """Checks for the exercises of notebook 09 · sharding and distributed checkpoints
-(``notebooks/09_sharding_and_distributed_checkpoints.py``).
+(``notebooks/src/09_sharding_and_distributed_checkpoints.py``).
 
 Nothing here starts a process or a process group: FSDP2's dim-0 sharding and a checkpoint's resharding are
 checked as tensor code, against ``torch.chunk`` (the rule ``fully_shard`` and ``Shard(0)`` follow).

@@ -1,4 +1,5 @@
-"""Checks for the exercises of notebook 10 · modules and optimizers (``notebooks/10_modules_and_optimizers.py``)."""
+"""Checks for the exercises of notebook 10 · modules and optimizers
+(``notebooks/src/10_modules_and_optimizers.py``)."""
 
 import copy
 import math

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 11 · memory and speed (``notebooks/11_memory_and_speed.py``)."""
+"""Checks for the exercises of notebook 11 · memory and speed (``notebooks/src/11_memory_and_speed.py``)."""
 
 import contextlib
 import copy

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 12 · reproducibility (``notebooks/12_reproducibility.py``)."""
+"""Checks for the exercises of notebook 12 · reproducibility (``notebooks/src/12_reproducibility.py``)."""
 
 import contextlib
 import io
