@@ -7,17 +7,17 @@ STAMP := $(VENV)/.installed
 JOBS ?= 2
 NB ?=
 PYTEST_NB := -p no:cacheprovider --nbval --nbval-current-env \
-	--nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600 --nbval-kernel-startup-timeout 300
+	--nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout 600 --nbval-kernel-startup-timeout 300
 
 .PHONY: help venv lab test test-portable test-lax test-gpu test-learner test-browser progress execute check clean distclean
 help:
-	@echo "make lab       create/refresh .venv and open JupyterLab on notebooks/"
+	@echo "make lab       create/refresh .venv and open JupyterLab on the lessons' start page"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
 	@echo "make execute   re-run notebooks and store fresh outputs (NB=01 for one notebook)"
 	@echo "make test-portable  re-run every notebook under other numeric configurations (outputs compared)"
 	@echo "make test-lax  asserts only, on the best device (ARM laptops, CUDA, MPS); test-gpu is the same"
 	@echo "make test-learner  run every notebook as a learner does: all cores, warnings shown, no comparison"
-	@echo "make test-browser  a learner's exercise in JupyterLab, driven in headless Chromium (installs it if missing)"
+	@echo "make test-browser  JupyterLab's first start and an exercise, in headless Chromium (installs it if missing)"
 	@echo "make progress  which exercises pass, per notebook (NB=01 for one notebook)"
 	@echo "make clean     remove generated files (runs, caches); distclean also removes .venv"
 
@@ -31,15 +31,9 @@ $(STAMP): requirements.txt
 
 venv: $(STAMP)
 
-# JupyterLab's defaults for the course (overrides.json in the venv; a learner's own settings still win):
-# no "official Jupyter news?" prompt on the first start and no update check, so nothing is fetched.
-LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
-$(LAB_SETTINGS): $(STAMP)
-	@mkdir -p $(@D) && echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $@
-
-lab: $(STAMP) $(LAB_SETTINGS)
-	JUPYTER_PLATFORM_DIRS=1 $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
-		$$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+# JupyterLab on notebooks/, opened on its start page, with the course's settings (tools/lab.py).
+lab: $(STAMP)
+	$(PY) -m tools.lab
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) --ignore=tests/browser tests notebooks
@@ -67,7 +61,7 @@ $(VENV)/.browser: requirements-browser.txt $(STAMP)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements-browser.txt
 	@touch $@
 
-test-browser: $(VENV)/.browser $(LAB_SETTINGS)
+test-browser: $(VENV)/.browser
 	@if [ -z "$$TORCH_COURSE_CHROMIUM" ]; then \
 	  missing=$$(for p in $(BROWSER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then \

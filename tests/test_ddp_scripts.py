@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from utils.ddp.common import choose_backend, distributed, env_int, report, save_result
 from utils.launch import TorchrunError, leftover_processes, load_rank_results, run_torchrun
-from utils.paths import NOTEBOOKS_DIR
+from utils.paths import SOURCES_DIR
 
 reads_proc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="leftover check reads /proc")
 
@@ -49,7 +49,7 @@ def test_env_helpers_without_torchrun(monkeypatch, capfd):
 
 def hello_script(folder: Path) -> Path:
     """Notebook 08's smallest program (its ``%%writefile runs/hello.py`` cell), written into ``folder``."""
-    nb = jupytext.read(NOTEBOOKS_DIR / "08_data_parallel_ddp.py")
+    nb = jupytext.read(SOURCES_DIR / "08_data_parallel_ddp.py")
     [cell] = [c for c in nb.cells if c.source.startswith("%%writefile runs/hello.py")]
     path = folder / "hello.py"
     path.write_text(cell.source.split("\n", 1)[1])

@@ -20,10 +20,11 @@ import pytest
 from utils.exercises import CORRECT, KNOWN_ERRORS, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge
 from utils.exercises.section import (check_number, code_sources, exercise_cells, progress, read_notebook,
                                      run_sources, stub_number)
-from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
+from tools.notebooks import notebook_path
+from utils.paths import REPO_ROOT, SOURCES_DIR
 
 SOLUTIONS_DIR = REPO_ROOT / "solutions"
-SOURCES = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
+SOURCES = sorted(SOURCES_DIR.glob("[0-9][0-9]_*.py"))
 FENCE = re.compile(r"^```python (solution|wrong)(?: ([^\n]*))?\n(.*?)^```", re.M | re.S)
 
 
@@ -76,7 +77,7 @@ def test_every_notebook_has_three_exercises_each_with_a_stub_a_check_and_a_solut
 
 @functools.lru_cache(maxsize=None)
 def headings(stem_prefix: str) -> list[str]:
-    nb = jupytext.read(next(NOTEBOOKS_DIR.glob(f"{stem_prefix}_*.py")))
+    nb = jupytext.read(next(SOURCES_DIR.glob(f"{stem_prefix}_*.py")))
     return [ln.lstrip("#").strip() for c in nb.cells if c.cell_type == "markdown"
             for ln in c.source.splitlines() if re.match(r"#{2,3} ", ln)]
 
@@ -112,7 +113,7 @@ def test_untouched_stubs_say_not_attempted(py):
 
 
 def test_stored_outputs_say_not_attempted(py):
-    nb = nbformat.read(py.with_suffix(".ipynb"), as_version=4)
+    nb = nbformat.read(notebook_path(py), as_version=4)
     texts = ["".join(o.get("text", "") for o in c.outputs) for c in exercise_cells(nb, py.name)
              if c.cell_type == "code" and check_number(c.source) is not None]
     assert texts and all("not attempted yet" in t for t in texts), texts
@@ -184,7 +185,7 @@ def test_a_broken_stub_cell_is_reported_and_the_others_still_run():
 
 def test_progress_reads_the_saved_notebooks(tmp_path):
     py = SOURCES[0]
-    nb = read_notebook(py)
+    nb = read_notebook(notebook_path(py))
     for cell in exercise_cells(nb, py.name):
         if stub_number(cell.source) == 1:
             cell.source = solutions(py.stem)[1]["solution"][0]

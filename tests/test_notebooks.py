@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from utils import REPO_ROOT
+from utils.paths import SOURCES_DIR
 from tools.notebooks import (
     NOTEBOOK_ENV,
     PINNED_X86_NUMERICS,
@@ -22,6 +23,7 @@ from tools.notebooks import (
     execute,
     learner_env,
     notebook_env,
+    notebook_path,
     read_source,
     readme_times,
     set_readme_run_time,
@@ -31,7 +33,7 @@ from tools.notebooks import (
 
 NB_DIR = REPO_ROOT / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
-SOURCES = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
+SOURCES = sorted(SOURCES_DIR.glob("[0-9][0-9]_*.py"))
 
 
 def test_there_are_notebooks():
@@ -40,7 +42,7 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.name)
 def test_every_source_has_an_executed_notebook(py):
-    assert py.with_suffix(".ipynb").exists(), f"{py.name} was never executed: run `make execute NB={py.stem}`"
+    assert notebook_path(py).exists(), f"{py.name} was never executed: run `make execute NB={py.stem}`"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
@@ -69,7 +71,8 @@ DEMO_README = "| # | notebook | teaches | study | run | gpu |\n| 99 | [demo](not
 
 def _demo(tmp_path, code="print(1)"):
     """A one-cell demo notebook as make execute stores it (4.2 s measured, shown as 5 s), and its README."""
-    src = tmp_path / "99_demo.py"
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / "99_demo.py"
     src.write_text(DEMO_HEADER + f"# %%\n{code}\n")
     nb = read_source(src)
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
@@ -129,7 +132,8 @@ def test_execute_writes_the_measured_run_time(tmp_path):
 
 
 def test_check_catches_errors_warnings_and_unasserted_ignores(tmp_path):
-    src = tmp_path / "98_demo.py"
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / "98_demo.py"
     src.write_text("# %%\n# NBVAL_IGNORE_OUTPUT\nprint(1)\n\n# %%\nx = 1\n\n# %%\ny = 2\n")
     nb = read_source(src)
     nb.cells[0].execution_count, nb.cells[1].execution_count, nb.cells[2].execution_count = 1, 3, 4
@@ -153,7 +157,7 @@ def test_same_environment_for_execute_and_test():
 
 def test_sanitize_file_has_no_empty_replacement():
     cfg = configparser.ConfigParser()
-    cfg.read(NB_DIR / "sanitize.cfg")
+    cfg.read(REPO_ROOT / "tests" / "sanitize.cfg")
     assert cfg.sections()
     for section in cfg.sections():
         assert cfg[section].get("regex") and cfg[section].get("replace"), section

@@ -15,7 +15,7 @@ def test_paths_find_the_checkout_from_any_working_directory(tmp_path, monkeypatc
     fresh = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fresh)
     assert (fresh.DATA_DIR / "SHA256SUMS").is_file() and (fresh.DATA_DIR / "mnist").is_dir()
-    assert (fresh.NOTEBOOKS_DIR / "sanitize.cfg").is_file()
+    assert (fresh.NOTEBOOKS_DIR / "01_tensors.ipynb").is_file() and (fresh.SOURCES_DIR / "01_tensors.py").is_file()
     assert fresh.relpath(fresh.DATA_DIR / "mnist") == "data/mnist"
 
 

@@ -6,7 +6,7 @@ learner reads and edits them, and notebook 04 its training loop. ``benchmarks/se
 ``tests/test_seq2seq.py`` and ``tests/test_mnist_loop.py`` need the same code; rather than keep a
 second copy in ``utils/``, they run the notebook's *shared* cells:
 the code cells whose first line starts with :data:`SHARED_MARK`, in order, from the notebook's
-jupytext source (``notebooks/NN_topic.py``). Nothing else of the notebook runs (no training, no plots).
+jupytext source (``notebooks/src/NN_topic.py``). Nothing else of the notebook runs (no training, no plots).
 
     >>> lesson = load("05_seq2seq_translation")       # doctest: +SKIP
     >>> model = lesson.build_model("content", src_lang, tgt_lang)   # doctest: +SKIP
@@ -18,7 +18,7 @@ import functools
 import sys
 import types
 
-from utils.paths import NOTEBOOKS_DIR
+from utils.paths import SOURCES_DIR
 
 SHARED_MARK = "# Shared with benchmarks/ and tests/"
 """First line of a notebook code cell that :func:`load` runs."""
@@ -41,13 +41,13 @@ def shared_cells(source: str) -> list[str]:
 
 @functools.cache
 def load(notebook: str) -> types.ModuleType:
-    """Run the shared cells of ``notebooks/<notebook>.py`` in a fresh module and return it.
+    """Run the shared cells of ``notebooks/src/<notebook>.py`` in a fresh module and return it.
 
     Raises:
         FileNotFoundError: no such notebook source (names the path).
         LookupError: the notebook has no shared cell.
     """
-    path = NOTEBOOKS_DIR / f"{notebook}.py"
+    path = SOURCES_DIR / f"{notebook}.py"
     if not path.is_file():
         raise FileNotFoundError(f"no notebook source at {path} (give the name without .py, e.g. '05_seq2seq_translation')")
     cells = shared_cells(path.read_text(encoding="utf-8"))

@@ -1,12 +1,12 @@
 """Authoring and checking the course notebooks.
 Run by ``make execute``, ``make check``, ``make test-learner``, ``conftest.py`` and ``tests/test_notebooks.py``.
 
-Each notebook has two files in ``notebooks/``:
+Each notebook has two files, paired by jupytext (``jupytext.toml``):
 
-* ``NN_topic.py`` — the source, in jupytext's percent format: easy to review and to edit;
-* ``NN_topic.ipynb`` — the same cells plus the outputs of one top-to-bottom run, made by
+* ``notebooks/src/NN_topic.py`` — the source, in jupytext's percent format: easy to review and to edit;
+* ``notebooks/NN_topic.ipynb`` — the same cells plus the outputs of one top-to-bottom run, made by
   ``make execute`` (this module's :func:`execute`). nbval re-runs it in ``make test`` and
-  compares every cell's output with the stored one.
+  compares every cell's output with the stored one. A learner sees only these in JupyterLab.
 
 The run environment (:data:`NOTEBOOK_ENV`) is applied both here and by the test session
 (``conftest.py``), so stored outputs and test runs see the same threads, device, plotting
@@ -36,7 +36,8 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
-from utils.paths import NOTEBOOKS_DIR
+from tools.lab import write_start_page
+from utils.paths import NOTEBOOKS_DIR, SOURCES_DIR
 
 NOTEBOOK_ENV: dict[str, str] = {
     # reference outputs are made on the CPU; `make test-lax` and `make test-gpu` lift these two
@@ -89,6 +90,16 @@ PORTABLE_CONFIGS: dict[str, dict[str, str | None]] = {
     "two-threads": {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "MKL_CBWR": None, "ONEDNN_MAX_CPU_ISA": None},
 }
 """Numeric configurations of ``make test-portable``: each must reproduce every compared output."""
+
+def source_path(ipynb_path: Path) -> Path:
+    """``<folder>/src/NN_topic.py``, the source of ``<folder>/NN_topic.ipynb``."""
+    return ipynb_path.parent / SOURCES_DIR.name / f"{ipynb_path.stem}.py"
+
+
+def notebook_path(py_path: Path) -> Path:
+    """``<folder>/NN_topic.ipynb``, the notebook built from ``<folder>/src/NN_topic.py``."""
+    return py_path.parent.parent / f"{py_path.stem}.ipynb"
+
 
 NUMERICS_ENV_VAR = "TORCH_COURSE_NUMERICS"
 GPU_ENV_VAR = "TORCH_COURSE_GPU"
@@ -236,7 +247,7 @@ def _minimal_metadata(digest: str, seconds: float) -> dict:
 def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     """Build ``NN_topic.ipynb`` from ``NN_topic.py`` and run it top to bottom in a fresh kernel.
 
-    The kernel runs with :data:`NOTEBOOK_ENV`, in the notebooks folder. A cell that raises stops
+    The kernel runs with :data:`NOTEBOOK_ENV`, in the notebook's folder (the parent of ``src/``). A cell that raises stops
     the run and nothing is written: stored outputs never contain an error. The measured run time
     (:func:`shown_seconds`) is written into the ``**Run time:** N s`` of the first cell, in the
     ``.py`` source and the notebook alike, and the seconds into the notebook's metadata; the
@@ -244,10 +255,11 @@ def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     seconds the run took.
     """
     py_path = Path(py_path).resolve()
+    out_path = notebook_path(py_path)
     nb = read_source(py_path)
     set_run_time(nb.cells[0].source, 0, py_path.name)  # fail before a long run, not after it
     apply_notebook_env()  # stored outputs: always the pinned configuration, whatever the caller's environment
-    client = _client(nb, py_path.parent, timeout)
+    client = _client(nb, out_path.parent, timeout)
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
@@ -265,7 +277,6 @@ def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
             for out in cell.outputs:
                 if "metadata" in out:
                     out.metadata = {}
-    out_path = py_path.with_suffix(".ipynb")
     tmp = out_path.with_suffix(".ipynb.tmp")
     nbformat.write(nb, tmp)
     os.replace(tmp, out_path)  # never leave a half-written notebook
@@ -286,9 +297,9 @@ def check(ipynb_path: Path, readme: Path = README) -> list[str]:
     ipynb_path = Path(ipynb_path)
     problems: list[str] = []
     nb = nbformat.read(ipynb_path, as_version=4)
-    py_path = ipynb_path.with_suffix(".py")
+    py_path = source_path(ipynb_path)
     if not py_path.exists():
-        return [f"{py_path.name} is missing: every notebook is authored as a jupytext .py"]
+        return [f"{py_path} is missing: every notebook is authored as a jupytext .py in src/"]
     src = read_source(py_path)
     stored = [(c.cell_type, c.source.strip()) for c in nb.cells]
     wanted = [(c.cell_type, c.source.strip()) for c in src.cells]
@@ -411,7 +422,7 @@ def run_as_learner(ipynb_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[lis
 
 
 def _py_sources(names: list[str]) -> list[Path]:
-    all_py = sorted(p for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
+    all_py = sorted(SOURCES_DIR.glob("[0-9][0-9]_*.py"))
     if not names:
         return all_py
     chosen = []
@@ -419,7 +430,7 @@ def _py_sources(names: list[str]) -> list[Path]:
         stem = Path(name).stem
         matches = [p for p in all_py if p.stem.startswith(stem)]  # "03" or "03_dynamic_graphs_and_hooks"
         if not matches:
-            raise SystemExit(f"no notebook source matches {name!r} in {NOTEBOOKS_DIR}")
+            raise SystemExit(f"no notebook source matches {name!r} in {SOURCES_DIR}")
         chosen.extend(m for m in matches if m not in chosen)
     return chosen
 
@@ -444,12 +455,13 @@ def main(argv: list[str] | None = None) -> int:
         total = time.perf_counter()
         sources = _py_sources(args.names)
         for py in sources:
-            if not py.with_suffix(".ipynb").exists():
-                problems, seconds = [f"{py.with_suffix('.ipynb').name} is missing: run `make execute NB={py.stem}`"], 0.0
+            ipynb = notebook_path(py)
+            if not ipynb.exists():
+                problems, seconds = [f"{ipynb.name} is missing: run `make execute NB={py.stem}`"], 0.0
             else:
-                problems, seconds = run_as_learner(py.with_suffix(".ipynb"))
+                problems, seconds = run_as_learner(ipynb)
             failed += bool(problems)
-            print(f"{py.with_suffix('.ipynb').name}: {'FAILED' if problems else 'passed'} in {seconds:.0f} s", flush=True)
+            print(f"{ipynb.name}: {'FAILED' if problems else 'passed'} in {seconds:.0f} s", flush=True)
             for problem in problems:
                 print("  " + problem, flush=True)
         print(f"{failed} failed, {len(sources) - failed} passed in {time.perf_counter() - total:.0f} s")
@@ -468,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as err:  # report every failure, then fail
                     failed += 1
                     print(f"{py.name}: FAILED, notebook not written\n{err}", file=sys.stderr, flush=True)
+        write_start_page()  # it shows the README's run times
         return 1 if failed else 0
     problems = [p for nb in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")) for p in check(nb)]
     print("\n".join(problems) or "all notebooks are in sync and cleanly executed")

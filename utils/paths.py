@@ -15,6 +15,9 @@ DATA_DIR: Path = REPO_ROOT / "data"
 
 NOTEBOOKS_DIR: Path = REPO_ROOT / "notebooks"
 
+SOURCES_DIR: Path = NOTEBOOKS_DIR / "src"
+"""The notebooks' jupytext sources, ``NN_topic.py`` for ``notebooks/NN_topic.ipynb`` (paired by ``jupytext.toml``)."""
+
 
 def relpath(path: str | os.PathLike[str]) -> str:
     """Return ``path`` relative to the repository root, as a POSIX string.

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 01 · tensors (``notebooks/01_tensors.py``).
+"""Checks for the exercises of notebook 01 · tensors (``notebooks/src/01_tensors.py``).
 Used by notebook 01, whose ``Checker("01")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

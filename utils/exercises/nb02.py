@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 02 · autograd (``notebooks/02_autograd.py``).
+"""Checks for the exercises of notebook 02 · autograd (``notebooks/src/02_autograd.py``).
 Used by notebook 02, whose ``Checker("02")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 03 · dynamic graphs and hooks (``notebooks/03_dynamic_graphs_and_hooks.py``).
+"""Checks for the exercises of notebook 03 · dynamic graphs and hooks (``notebooks/src/03_dynamic_graphs_and_hooks.py``).
 Used by notebook 03, whose ``Checker("03")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

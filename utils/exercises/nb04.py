@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 04 · MNIST and CNNs (``notebooks/04_mnist_cnn.py``).
+"""Checks for the exercises of notebook 04 · MNIST and CNNs (``notebooks/src/04_mnist_cnn.py``).
 Used by notebook 04, whose ``Checker("04")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

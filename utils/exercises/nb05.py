@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 05 · seq2seq translation (``notebooks/05_seq2seq_translation.py``).
+"""Checks for the exercises of notebook 05 · seq2seq translation (``notebooks/src/05_seq2seq_translation.py``).
 Used by notebook 05, whose ``Checker("05")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

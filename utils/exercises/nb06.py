@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 06 · save, load and checkpoints (``notebooks/06_save_load_checkpoints.py``).
+"""Checks for the exercises of notebook 06 · save, load and checkpoints (``notebooks/src/06_save_load_checkpoints.py``).
 Used by notebook 06, whose ``Checker("06")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 07 · automatic mixed precision (``notebooks/07_mixed_precision.py``).
+"""Checks for the exercises of notebook 07 · automatic mixed precision (``notebooks/src/07_mixed_precision.py``).
 Used by notebook 07, whose ``Checker("07")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

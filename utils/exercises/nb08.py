@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 08 · DataParallel and DDP (``notebooks/08_data_parallel_ddp.py``).
+"""Checks for the exercises of notebook 08 · DataParallel and DDP (``notebooks/src/08_data_parallel_ddp.py``).
 Used by notebook 08, whose ``Checker("08")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 

@@ -1,5 +1,5 @@
 """Checks for the exercises of notebook 09 · sharding and distributed checkpoints
-(``notebooks/09_sharding_and_distributed_checkpoints.py``).
+(``notebooks/src/09_sharding_and_distributed_checkpoints.py``).
 Used by notebook 09, whose ``Checker("09")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 

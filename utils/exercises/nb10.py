@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 10 · modules and optimizers (``notebooks/10_modules_and_optimizers.py``).
+"""Checks for the exercises of notebook 10 · modules and optimizers (``notebooks/src/10_modules_and_optimizers.py``).
 Used by notebook 10, whose ``Checker("10")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 11 · memory and speed (``notebooks/11_memory_and_speed.py``).
+"""Checks for the exercises of notebook 11 · memory and speed (``notebooks/src/11_memory_and_speed.py``).
 Used by notebook 11, whose ``Checker("11")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

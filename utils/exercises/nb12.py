@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebook 12 · reproducibility (``notebooks/12_reproducibility.py``).
+"""Checks for the exercises of notebook 12 · reproducibility (``notebooks/src/12_reproducibility.py``).
 Used by notebook 12, whose ``Checker("12")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """

@@ -27,7 +27,7 @@ import jupytext
 import nbformat
 
 from utils.exercises import CORRECT, LOG_ENV_VAR, NOT_ATTEMPTED, WRONG
-from utils.paths import NOTEBOOKS_DIR
+from utils.paths import NOTEBOOKS_DIR, SOURCES_DIR
 
 HEADING = "## Exercises (练习)"
 STUB_RE = re.compile(r"^# ✏️ Exercise (\d+)")
@@ -35,11 +35,12 @@ CHECK_RE = re.compile(r"\bex\.check\((\d+)")
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """A notebook from its ``.ipynb`` or ``.py``: whichever of the pair was saved last."""
+    """A notebook from its ``.ipynb`` or its source ``src/NN_topic.py``: whichever of the pair was saved last."""
     path = Path(path)
-    pair = [p for p in (path.with_suffix(".ipynb"), path.with_suffix(".py")) if p.exists()]
+    source = path.parent / SOURCES_DIR.name / f"{path.stem}.py"
+    pair = [p for p in (path, source) if p.exists()]
     if not pair:
-        raise FileNotFoundError(f"{path}: no such notebook (.ipynb or .py)")
+        raise FileNotFoundError(f"{path}: no such notebook (nor its source {source})")
     newest = max(pair, key=lambda p: p.stat().st_mtime)
     return jupytext.read(newest)
 
