@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from utils import REPO_ROOT
+from utils.paths import SOURCES_DIR
 
-NOTEBOOKS = {path.name[:2]: path for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))}
+NOTEBOOKS = {path.name[:2]: path for path in sorted(SOURCES_DIR.glob("[0-9][0-9]_*.py"))}
 
 
 def module_name(path: Path) -> str:
@@ -125,3 +126,8 @@ def test_a_utils_module_fewer_than_two_notebooks_use_says_why_it_is_there(module
         f"{MODULES[module].relative_to(REPO_ROOT)}: only notebooks {sorted(importing_notebooks()[module])} import "
         f"it, so the first paragraph of its docstring should say '{REASON}...' (a spawn-safe dataset, a torchrun "
         "script's helper, ...), or the code should move into its notebook or tools/")
+
+
+def test_the_scan_sees_every_notebook_source():
+    # guards the tests above: an empty NOTEBOOKS (a moved folder) would make them pass vacuously
+    assert sorted(NOTEBOOKS) == [f"{n:02d}" for n in range(1, 13)], sorted(NOTEBOOKS)
