@@ -8,11 +8,12 @@ from pathlib import Path
 from tools.course import ROOT, compare, drift_message, installed_versions, locked_versions, venv_lock
 
 WHERE_FROM = """
-import importlib.metadata, json, tools, utils
+import importlib.metadata, importlib.util, json
 provided = importlib.metadata.packages_distributions()
-print(json.dumps({name: [module.__file__, provided.get(name, [])] for name, module in
-                  (("utils", utils), ("tools", tools))}))
+print(json.dumps({name: [importlib.util.find_spec(name).origin, provided.get(name, [])] for name in ("utils", "tools")}))
 """
+"""Where `import utils` and `import tools` would load from (found, not run: utils imports torch), and which
+installed distributions say they provide them."""
 
 
 def test_utils_and_tools_are_the_course_s_from_any_working_directory(tmp_path):

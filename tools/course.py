@@ -181,11 +181,13 @@ def lock_drift(venv: Path) -> int:
     return 0
 
 
-def lock() -> int:
+def lock(venv: Path) -> int:
     """Regenerate both locks from pyproject.toml, for every platform and Python >= 3.10, keeping the
     current pins wherever they still satisfy it (uv reads the existing output file as preferences)."""
-    uv = shutil.which("uv") or str(Path(uv_command(ROOT / ".venv")[0]))
-    common = ["--universal", "--python-version=3.10", "--custom-compile-command=make lock", "-q"]
+    ensure_venv(venv)  # its pip bootstraps uv
+    uv = (uv_command(venv) or sys.exit("make lock needs uv: `pip install uv`"))[0]
+    # The public index only (not pip's mirrors): resolving for every platform needs every platform's metadata.
+    common = ["--universal", "--python-version=3.10", "--no-python-downloads", "--custom-compile-command=make lock", "-q"]
     run(uv, "pip", "compile", *common, "pyproject.toml", "-o", LOCK, cwd=ROOT)
     run(uv, "pip", "compile", *common, "pyproject.toml", "--extra=browser", "-c", LOCK, "-o", BROWSER_LOCK, cwd=ROOT)
     return 0
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(compare(locked_versions(args.lock.read_text()), installed_versions())))
         return 0
     if args.cmd == "lock":
-        return lock()
+        return lock(venv)
     py = ensure_venv(venv, browser=args.cmd == "venv" and args.browser, exact=args.cmd == "venv")
     if args.cmd == "lab":
         root_flag = ["--allow-root"] if os.name != "nt" and os.geteuid() == 0 else []

@@ -28,12 +28,12 @@ CHROMIUM = os.environ.get("TORCH_COURSE_CHROMIUM", "/usr/bin/chromium")
 NOTEBOOK = "01_tensors.ipynb"
 OUT = REPO_ROOT / "runs" / "test-browser"
 LAB_SETTINGS = Path(sys.prefix, "share", "jupyter", "lab", "settings", "overrides.json")
-"""JupyterLab's defaults for the course, written by the Makefile (see its LAB_SETTINGS)."""
+"""JupyterLab's defaults for the course, written into the venv by tools/course.py (LAB_OVERRIDES)."""
 TOKEN = "torch-course-browser-test"
 WRONG = "answer_1 = [(2, 1, 4), (2, 4), (1, 4, 12)]"  # a and b swapped: keepdim misread
 RIGHT = "answer_1 = [(2, 4), (2, 1, 4), (1, 4, 12)]"
 
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install -r requirements-browser.txt")
+playwright = pytest.importorskip("playwright.sync_api", reason="make test-browser installs it (requirements-browser.txt)")
 
 
 def _hint_for(source: str) -> str:
