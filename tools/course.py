@@ -88,7 +88,8 @@ def install(venv: Path, lock: Path) -> None:
     py = venv_python(venv)
     print(f"installing {lock.name} into {venv.name} (a few minutes the first time)", flush=True)
     if uv := uv_command(venv):
-        options = ["--python", py, *pip_indexes(py)]
+        # --compile-bytecode as pip does, so that no import compiles torch (or fails to store it)
+        options = ["--python", py, "--compile-bytecode", *pip_indexes(py)]
         run(*uv, "pip", "sync", "-q", *options, lock)
         run(*uv, "pip", "install", "-q", *options, "--no-deps", "-e", ROOT)
     else:
