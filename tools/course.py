@@ -58,7 +58,7 @@ def uv_command(venv: Path) -> list[str] | None:
     tool_dir = venv / ".uv"
     uv = tool_dir / ("Scripts/uv.exe" if os.name == "nt" else "bin/uv")
     if not uv.exists():
-        print("installing uv (a fast installer) into", tool_dir.relative_to(ROOT), flush=True)
+        print("installing uv (a fast installer) into", tool_dir, flush=True)
         pip = [venv_python(venv), "-m", "pip", "install", "-q", "--target", tool_dir, "uv"]
         if subprocess.run([str(c) for c in pip]).returncode:
             print("uv could not be installed: installing with pip instead (slower)", flush=True)
@@ -104,7 +104,7 @@ def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
     """Create the venv if it is missing or broken; install the lock when it changed (or, with ``exact``,
     when the venv drifted from it). The browser lock satisfies the plain one: it adds packages only."""
     py = venv_python(venv)
-    if subprocess.run([str(py), "-c", ""], capture_output=True).returncode if py.exists() else True:
+    if not (py.exists() and subprocess.run([str(py), "-c", ""], capture_output=True).returncode == 0):
         shutil.rmtree(venv, ignore_errors=True)
         print(f"creating {venv.name} with Python {sys.version.split()[0]}", flush=True)
         run(sys.executable, "-m", "venv", venv)
