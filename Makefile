@@ -1,15 +1,16 @@
 # torch-course: `make lab` to learn, `make test` to check. See README.md.
+# The venv, lab and test recipes are tools/course.py, which also runs them without make (Windows).
 SHELL := /bin/bash
 PYTHON ?= python3.11
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
-JOBS ?= 2
+COURSE = $(PYTHON) tools/course.py --venv $(VENV)
+# Notebooks side by side; JOBS=1 runs one at a time. The default is JOBS in tools/course.py.
+JOBS ?=
+JOBS_ARG = $(if $(JOBS),--jobs $(JOBS))
 NB ?=
-PYTEST_NB := -p no:cacheprovider --nbval --nbval-current-env \
-	--nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout 600 --nbval-kernel-startup-timeout 300
 
-.PHONY: help venv lab test test-portable test-lax test-gpu test-learner test-browser progress execute check clean distclean
+.PHONY: help venv lock lab test test-portable test-lax test-gpu test-learner test-browser progress execute check clean distclean
 help:
 	@echo "make lab       create/refresh .venv and open JupyterLab on the lessons' start page"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
@@ -19,49 +20,45 @@ help:
 	@echo "make test-learner  run every notebook as a learner does: all cores, warnings shown, no comparison"
 	@echo "make test-browser  JupyterLab's first start and an exercise, in headless Chromium (installs it if missing)"
 	@echo "make progress  which exercises pass, per notebook (NB=01 for one notebook)"
+	@echo "make lock      regenerate requirements.txt (the exact lock) from pyproject.toml, with uv"
 	@echo "make clean     remove generated files (runs, caches); distclean also removes .venv"
 
-# The venv is rebuilt when it is missing or requirements.txt is newer than the last install.
-# A .pth file puts the repository root on sys.path, so `import utils` works in every kernel.
-$(STAMP): requirements.txt
-	@if ! $(PY) -c "import sys" 2>/dev/null; then rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); fi
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
-	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'torch_course.pth').write_text('$(CURDIR)\n')"
-	@touch $@
+# Creates .venv, or reinstalls when requirements.txt changed or the venv drifted from it; the course is
+# installed editable, so `import utils` works in every kernel.
+venv:
+	$(COURSE) venv
 
-venv: $(STAMP)
+lock:
+	$(COURSE) lock
 
-# JupyterLab on notebooks/, opened on its start page, with the course's settings (tools/lab.py).
-lab: $(STAMP)
-	$(PY) -m tools.lab
+lab:
+	$(COURSE) lab
 
-test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) --ignore=tests/browser tests notebooks
+# pytest's options (nbval, sanitizer, timeouts, tests/browser left out) are in pyproject.toml.
+test:
+	$(COURSE) test $(JOBS_ARG)
 
 # Every compared output must also come out of the narrowest code paths and of two threads
 # (PORTABLE_CONFIGS in tools/notebooks.py); two-threads runs one notebook at a time, on both cores.
-test-portable: $(STAMP)
-	TORCH_COURSE_NUMERICS=narrow-isa $(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_NB) notebooks
-	TORCH_COURSE_NUMERICS=two-threads $(PY) -m pytest -n 1 $(PYTEST_NB) notebooks
+test-portable:
+	TORCH_COURSE_NUMERICS=narrow-isa $(COURSE) test $(JOBS_ARG) notebooks
+	TORCH_COURSE_NUMERICS=two-threads $(COURSE) test --jobs 1 notebooks
 
 # Asserts only, outputs not compared, the device left to the notebooks: for machines whose
 # floating point differs by design (ARM laptops, CUDA, MPS).
-test-lax: $(STAMP)
-	TORCH_COURSE_GPU=1 $(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
+test-lax:
+	TORCH_COURSE_GPU=1 $(COURSE) test --jobs 1 -- --nbval-lax notebooks
 
 test-gpu: test-lax
 
-test-learner: $(STAMP)
+test-learner: venv
 	$(PY) -m tools.notebooks learner $(NB)
 
 # Debian's Chromium and CJK fonts (the notebooks print Chinese terms), installed when missing; elsewhere
-# set TORCH_COURSE_CHROMIUM to a Chromium or Chrome binary. Playwright comes from requirements-browser.txt.
+# set TORCH_COURSE_CHROMIUM to a Chromium or Chrome binary. Playwright: the lock with the browser extra.
 BROWSER_DEBS := chromium chromium-driver fonts-noto-cjk
-$(VENV)/.browser: requirements-browser.txt $(STAMP)
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements-browser.txt
-	@touch $@
-
-test-browser: $(VENV)/.browser
+test-browser:
+	$(COURSE) venv --browser
 	@if [ -z "$$TORCH_COURSE_CHROMIUM" ]; then \
 	  missing=$$(for p in $(BROWSER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then \
@@ -71,15 +68,15 @@ test-browser: $(VENV)/.browser
 	    $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null; \
 	  fi; \
 	fi
-	$(PY) -m pytest -p no:cacheprovider -v tests/browser
+	$(PY) -m pytest -v tests/browser
 
-progress: $(STAMP)
+progress: venv
 	$(PY) -m utils.exercises $(NB)
 
-execute: $(STAMP)
-	$(PY) -m tools.notebooks execute -j $(JOBS) $(NB)
+execute: venv
+	$(PY) -m tools.notebooks execute $(JOBS_ARG) $(NB)
 
-check: $(STAMP)
+check: venv
 	$(PY) -m tools.notebooks check
 
 clean:

@@ -8,9 +8,14 @@ to one thread explicitly, as two test workers share the two cores.
 
 import torch
 
-from tools.notebooks import apply_test_env
+from tools.notebooks import CELL_TIMEOUT_S, apply_test_env
+
+NBVAL_DEFAULT_CELL_TIMEOUT_S = 2000
+"""nbval's own default: the value seen when --nbval-cell-timeout was not given."""
 
 
-def pytest_configure(config):  # noqa: ARG001 - pytest hook signature
+def pytest_configure(config):
     apply_test_env()
+    if config.option.nbval_cell_timeout == NBVAL_DEFAULT_CELL_TIMEOUT_S:
+        config.option.nbval_cell_timeout = CELL_TIMEOUT_S
     torch.set_num_threads(1)

@@ -36,6 +36,7 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
+from tools.course import JOBS
 from tools.lab import write_start_page
 from utils.paths import NOTEBOOKS_DIR, SOURCES_DIR
 
@@ -107,6 +108,7 @@ GPU_ENV_VAR = "TORCH_COURSE_GPU"
 GPU_ENV_KEYS = ("TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES")
 METADATA_KEY = "torch_course"
 CELL_TIMEOUT_S = 600
+"""Longest a notebook cell may run, in make execute and (through conftest.py) under nbval."""
 IGNORE_MARK = "# NBVAL_IGNORE_OUTPUT"
 README = NOTEBOOKS_DIR.parent / "README.md"
 
@@ -445,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("execute", help="sync .py -> .ipynb and store fresh outputs")
     ex.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")
-    ex.add_argument("-j", "--jobs", type=int, default=2, help="notebooks run side by side (default 2)")
+    ex.add_argument("-j", "--jobs", type=int, default=JOBS, help=f"notebooks run side by side (default {JOBS})")
     sub.add_parser("check", help="list stale or broken notebooks")
     le = sub.add_parser("learner", help="run notebooks as a learner does: all cores, warnings shown, no comparison")
     le.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")

@@ -36,7 +36,7 @@ TOKEN = "torch-course-browser-test"
 WRONG = "answer_1 = [(2, 1, 4), (2, 4), (1, 4, 12)]"  # a and b swapped: keepdim misread
 RIGHT = "answer_1 = [(2, 4), (2, 1, 4), (1, 4, 12)]"
 
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install -r requirements-browser.txt")
+playwright = pytest.importorskip("playwright.sync_api", reason="make test-browser installs it (requirements-browser.txt)")
 
 
 def _hint_for(source: str) -> str:

@@ -1,0 +1,49 @@
+"""tools/course.py: the venv holds exactly the lock, and the course's own packages are the ones imported."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tools.course import ROOT, compare, drift_message, installed_versions, locked_versions, venv_lock
+
+WHERE_FROM = """
+import importlib.metadata, importlib.util, json
+provided = importlib.metadata.packages_distributions()
+print(json.dumps({name: [importlib.util.find_spec(name).origin, provided.get(name, [])] for name in ("utils", "tools")}))
+"""
+"""Where `import utils` and `import tools` would load from (found, not run: utils imports torch), and which
+installed distributions say they provide them."""
+
+
+def test_utils_and_tools_are_the_course_s_from_any_working_directory(tmp_path):
+    """A notebook's kernel starts in notebooks/, a torchrun script anywhere: `import utils` must find the
+    course's, never a same-named package some distribution installed into the venv."""
+    found = json.loads(subprocess.run([sys.executable, "-c", WHERE_FROM], cwd=tmp_path, check=True,
+                                      capture_output=True, text=True).stdout)
+    for name, (file, distributions) in found.items():
+        others = sorted(set(distributions) - {"torch-course", "torch_course"})
+        assert not others and Path(file).is_relative_to(ROOT), (
+            f"`import {name}` gives {file}, provided by {others or 'no known distribution'}, not the course's "
+            f"{ROOT / name}: uninstall it (`{sys.executable} -m pip uninstall {' '.join(others) or name}`), "
+            "then `make venv`")
+
+
+def test_the_lock_s_markers_pick_this_python_s_version():
+    lock = "numpy==2.4.6 ; python_full_version >= '3.11'\n    # via torch-course\nnumpy==2.2.6 ; python_full_version < '3.11'\n"
+    assert locked_versions(lock) == {"numpy": "2.4.6" if sys.version_info >= (3, 11) else "2.2.6"}
+
+
+def test_drift_names_each_difference_and_the_fix():
+    locked = {"numpy": "2.4.6", "tqdm": "4.70.1", "einops": "0.8.2"}
+    installed = {"numpy": "2.3.0", "einops": "0.8.2", "pandas": "3.0.0", "torch-course": "1.0", "pip": "25.0"}
+    wrong, extra = compare(locked, installed)
+    assert (wrong, extra) == (["numpy: 2.3.0, locked 2.4.6", "tqdm: not installed, locked 4.70.1"], ["pandas"])
+    message = drift_message(Path(".venv"), wrong, extra, ROOT / "requirements.txt")
+    assert "pandas: installed, not in requirements.txt" in message and "venv` reinstalls exactly" in message
+
+
+def test_this_venv_holds_exactly_its_lock():
+    venv = Path(sys.prefix)
+    wrong, extra = compare(locked_versions(venv_lock(venv).read_text()), installed_versions())
+    assert not wrong and not extra, drift_message(venv, wrong, extra, venv_lock(venv))

@@ -1,0 +1,223 @@
+"""Install and run the course with Python alone: what ``make venv``, ``make lab`` and ``make test`` do.
+
+The Makefile calls this script, and without ``make`` (Windows) it is called directly::
+
+    python tools/course.py venv    # create .venv, or bring it back to the lock (requirements.txt)
+    python tools/course.py lab     # the venv, then JupyterLab on notebooks/
+    python tools/course.py test    # the venv, the lock check, then the unit tests and every notebook
+    python tools/course.py lock    # regenerate requirements.txt and requirements-browser.txt (uv)
+
+It needs only the standard library, as it runs before the venv exists. Packages are installed with uv
+when it can be had (on the PATH, or bootstrapped with pip into ``.venv/.uv``), else with pip; uv is
+given pip's configured indexes, as uv does not read pip's configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCK = ROOT / "requirements.txt"
+BROWSER_LOCK = ROOT / "requirements-browser.txt"
+"""The lock with the ``browser`` extra (Playwright) added: the same pins plus its packages."""
+JOBS = 2
+"""Notebooks run side by side by ``make test`` and ``make execute``: one per core of the 2-core course machine."""
+OWN_PACKAGES = {"torch-course", "pip", "setuptools"}
+"""Installed in the venv but not locked: the course itself and the installers ``python -m venv`` seeds."""
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def run(*cmd: object, **kwargs) -> None:
+    """Run a command; on failure, exit with its status (its own output says why)."""
+    code = subprocess.run([str(c) for c in cmd], **kwargs).returncode
+    if code:
+        sys.exit(code)
+
+
+def lock_digest(lock: Path) -> str:
+    """What the stamp records: the lock installed and the project metadata installed with it."""
+    return f"{lock.name} " + hashlib.sha256(lock.read_bytes() + (ROOT / "pyproject.toml").read_bytes()).hexdigest()
+
+
+def uv_command(venv: Path) -> list[str] | None:
+    """uv from the PATH, or bootstrapped into ``venv/.uv`` by pip (outside site-packages); None if neither."""
+    if found := shutil.which("uv"):
+        return [found]
+    tool_dir = venv / ".uv"
+    uv = tool_dir / ("Scripts/uv.exe" if os.name == "nt" else "bin/uv")
+    if not uv.exists():
+        print("installing uv (a fast installer) into", tool_dir, flush=True)
+        pip = [venv_python(venv), "-m", "pip", "install", "-q", "--target", tool_dir, "uv"]
+        if subprocess.run([str(c) for c in pip]).returncode:
+            print("uv could not be installed: installing with pip instead (slower)", flush=True)
+            return None
+    return [str(uv)]
+
+
+def pip_indexes(py: Path) -> list[str]:
+    """pip's configured indexes (pip.conf, PIP_* variables) as uv options: pip treats all indexes alike."""
+    listing = subprocess.run([str(py), "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    scope_rank = {"global": 0, "user": 1, "site": 2, ":env:": 3}  # pip's precedence, lowest first
+    settings: dict[str, tuple[int, str]] = {}
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        scope, _, name = key.rpartition(".")
+        rank = scope_rank.get(scope, 0)
+        if name in ("index-url", "extra-index-url", "find-links") and rank >= settings.get(name, (-1, ""))[0]:
+            settings[name] = (rank, value.strip("'\""))
+    options = [f"--{name}={url}" for name, (_, urls) in settings.items() for url in urls.split()]
+    if "extra-index-url" in settings:
+        options.append("--index-strategy=unsafe-best-match")
+    return options
+
+
+def install(venv: Path, lock: Path) -> None:
+    """Make the venv hold exactly the lock's packages plus the course (editable), with uv or else pip."""
+    py = venv_python(venv)
+    print(f"installing {lock.name} into {venv.name} (a few minutes the first time)", flush=True)
+    if uv := uv_command(venv):
+        # --compile-bytecode as pip does, so that no import compiles torch (or fails to store it)
+        options = ["--python", py, "--compile-bytecode", *pip_indexes(py)]
+        run(*uv, "pip", "sync", "-q", *options, lock)
+        run(*uv, "pip", "install", "-q", *options, "--no-deps", "-e", ROOT)
+    else:
+        pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        run(*pip, "-r", lock)
+        run(*pip, "--no-deps", "-e", ROOT)
+        if extra := differences(venv, lock)[1]:
+            run(py, "-m", "pip", "uninstall", "-y", "-q", *extra)
+
+
+def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
+    """Create the venv if it is missing or broken; install the lock when it changed (or, with ``exact``,
+    when the venv drifted from it). The browser lock satisfies the plain one: it adds packages only."""
+    py = venv_python(venv)
+    if not (py.exists() and subprocess.run([str(py), "-c", ""], capture_output=True).returncode == 0):
+        shutil.rmtree(venv, ignore_errors=True)
+        print(f"creating {venv.name} with Python {sys.version.split()[0]}", flush=True)
+        run(sys.executable, "-m", "venv", venv)
+    stamp = venv / ".installed"
+    lock = BROWSER_LOCK if browser else LOCK
+    accepted = {lock_digest(lock)} if browser else {lock_digest(LOCK), lock_digest(BROWSER_LOCK)}
+    if not stamp.exists() or stamp.read_text() not in accepted or (exact and any(differences(venv, venv_lock(venv)))):
+        install(venv, lock)
+        stamp.write_text(lock_digest(lock))
+    return py
+
+
+def differences(venv: Path, lock: Path) -> tuple[list[str], list[str]]:
+    """(locked packages missing or at another version, installed packages the lock does not name),
+    computed by the venv's own Python (lock markers need its ``packaging``)."""
+    out = subprocess.run([str(venv_python(venv)), __file__, "--venv", venv, "_differences", lock],
+                         capture_output=True, text=True, check=True).stdout
+    return tuple(json.loads(out))
+
+
+def locked_versions(lock_text: str) -> dict[str, str]:
+    """{normalized name: version} of a lock's lines whose environment markers hold for this Python."""
+    from packaging.requirements import Requirement  # in the venv only, where this runs
+
+    pins = {}
+    for line in lock_text.splitlines():
+        if line and not line.startswith((" ", "#", "-")):
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate():
+                pins[canonical(req.name)] = next(iter(req.specifier)).version
+    return pins
+
+
+def canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def installed_versions() -> dict[str, str]:
+    from importlib.metadata import distributions
+
+    return {canonical(d.metadata["Name"]): d.version for d in distributions()}
+
+
+def compare(locked: dict[str, str], installed: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(how each locked package differs, installed packages not locked), the course's own excepted."""
+    wrong = [f"{name}: {installed.get(name, 'not installed')}, locked {version}"
+             for name, version in sorted(locked.items()) if installed.get(name) != version]
+    extra = sorted(set(installed) - set(locked) - OWN_PACKAGES)
+    return wrong, extra
+
+
+def drift_message(venv: Path, wrong: list[str], extra: list[str], lock: Path) -> str:
+    lines = [f"{venv.name} differs from {lock.name}:", *("  " + w for w in wrong),
+             *(f"  {name}: installed, not in {lock.name}" for name in extra)]
+    fix = "make venv" if shutil.which("make") and os.name != "nt" else "python tools/course.py venv"
+    return "\n".join([*lines, f"Fix: `{fix}` reinstalls exactly the locked versions."])
+
+
+def venv_lock(venv: Path) -> Path:
+    """The lock the venv was installed from (its stamp says which), requirements.txt by default."""
+    stamp = venv / ".installed"  # an empty one was written by an older Makefile
+    return ROOT / ((stamp.read_text().split() if stamp.exists() else []) or [LOCK.name])[0]
+
+
+def lock_drift(venv: Path) -> int:
+    """1, with what differs and how to fix it, when the venv is not exactly its lock; else 0."""
+    lock = venv_lock(venv)
+    wrong, extra = differences(venv, lock)
+    if wrong or extra:
+        print(drift_message(venv, wrong, extra, lock), file=sys.stderr)
+        return 1
+    return 0
+
+
+def lock(venv: Path) -> int:
+    """Regenerate both locks from pyproject.toml, for every platform and Python >= 3.10, keeping the
+    current pins wherever they still satisfy it (uv reads the existing output file as preferences)."""
+    ensure_venv(venv)  # its pip bootstraps uv
+    uv = (uv_command(venv) or sys.exit("make lock needs uv: `pip install uv`"))[0]
+    # The public index only (not pip's mirrors): resolving for every platform needs every platform's metadata.
+    common = ["--universal", "--python-version=3.10", "--no-python-downloads", "--custom-compile-command=make lock", "-q"]
+    run(uv, "pip", "compile", *common, "pyproject.toml", "-o", LOCK, cwd=ROOT)
+    run(uv, "pip", "compile", *common, "pyproject.toml", "--extra=browser", "-c", LOCK, "-o", BROWSER_LOCK, cwd=ROOT)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python tools/course.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--venv", type=Path, default=ROOT / ".venv", help="the course's venv (default .venv)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("venv", help="create .venv or bring it back to the lock").add_argument(
+        "--browser", action="store_true", help="with Playwright (requirements-browser.txt), for test-browser")
+    sub.add_parser("lab", help="open JupyterLab on notebooks/")
+    test = sub.add_parser("test", help="check the venv against the lock, run the tests and every notebook")
+    test.add_argument("-j", "--jobs", type=int, default=JOBS, help=f"notebooks run side by side (default {JOBS})")
+    test.add_argument("pytest_args", nargs="*", help="instead of the default run (tests and notebooks)")
+    sub.add_parser("lock", help="regenerate requirements.txt and requirements-browser.txt with uv")
+    sub.add_parser("_differences").add_argument("lock", type=Path)
+    args = parser.parse_args(argv)
+    venv = args.venv.absolute()
+    if args.cmd == "_differences":  # run by the venv's Python (see differences)
+        print(json.dumps(compare(locked_versions(args.lock.read_text()), installed_versions())))
+        return 0
+    if args.cmd == "lock":
+        return lock(venv)
+    py = ensure_venv(venv, browser=args.cmd == "venv" and args.browser, exact=args.cmd == "venv")
+    if args.cmd == "lab":  # JupyterLab on notebooks/ with the course's settings and start page (tools/lab.py)
+        return subprocess.run([str(py), "-m", "tools.lab"], cwd=ROOT).returncode
+    if args.cmd == "test":
+        if lock_drift(venv):
+            return 1
+        xdist = ["-n", str(args.jobs), "--dist", "loadfile"] if args.jobs > 1 else []
+        return subprocess.run([str(py), "-m", "pytest", *xdist, *args.pytest_args], cwd=ROOT).returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
