@@ -45,7 +45,7 @@ def sweep(n: int, io_ms: float, epochs: int) -> Iterator[dict[str, object]]:
     pin_options = [False, True] if torch.cuda.is_available() else [False]
     for batch_size in (16, 64, 256):
         for workers in (0, 1, 2, 4):
-            for persistent in ([False, True] if workers else [False]):
+            for persistent in [False, True] if workers else [False]:
                 for pin in pin_options:
                     loader = DataLoader(
                         SlowImages(n, io_ms),
@@ -57,8 +57,13 @@ def sweep(n: int, io_ms: float, epochs: int) -> Iterator[dict[str, object]]:
                         generator=torch.Generator().manual_seed(0),
                     )
                     rate = samples_per_second(loader, epochs)
-                    yield dict(batch_size=batch_size, num_workers=workers,
-                               persistent_workers=persistent, pin_memory=pin, samples_per_s=rate)
+                    yield dict(
+                        batch_size=batch_size,
+                        num_workers=workers,
+                        persistent_workers=persistent,
+                        pin_memory=pin,
+                        samples_per_s=rate,
+                    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,14 +74,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # DataLoader warns when num_workers exceeds the CPU count; waiting (simulated I/O) scales beyond it anyway
     warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s), "
-          f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; n={args.n}, io_ms={args.io_ms}, "
-          f"epochs={args.epochs}\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s), "
+        f"CUDA {'yes' if torch.cuda.is_available() else 'no'}; n={args.n}, io_ms={args.io_ms}, "
+        f"epochs={args.epochs}\n"
+    )
     print("| batch_size | num_workers | persistent_workers | pin_memory | samples/s |")
     print("|---:|---:|:---:|:---:|---:|")
     for row in sweep(args.n, args.io_ms, args.epochs):
-        print(f"| {row['batch_size']} | {row['num_workers']} | {row['persistent_workers']} | "
-              f"{row['pin_memory']} | {row['samples_per_s']:.0f} |", flush=True)
+        print(
+            f"| {row['batch_size']} | {row['num_workers']} | {row['persistent_workers']} | "
+            f"{row['pin_memory']} | {row['samples_per_s']:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

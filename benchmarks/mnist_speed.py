@@ -16,10 +16,10 @@ The two recipes, run one after the other with the same number of threads:
   tensors held in memory, fused AdamW (betas 0.9, 0.99) with a 1-epoch ``OneCycleLR`` up to lr 0.02,
   label smoothing 0.1.
 
-Each recipe trains until its wall-clock budget or its epochs (3 for the notes, 1 for the course) are used up. Every ``--*-eval-every``
-steps the clock is paused and the model is evaluated on the 10000 test images; the script prints the
-best test accuracy reached, the training seconds until the first evaluation at >= 98%, and the ratio of
-the two times (a lower bound when the notes' recipe does not reach 98% within its budget).
+Each recipe trains until its wall-clock budget or its epochs (3 for the notes, 1 for the course) are used up. Every
+``--*-eval-every`` steps the clock is paused and the model is evaluated on the 10000 test images; the script prints
+the best test accuracy reached, the training seconds until the first evaluation at >= 98%, and the ratio of the two
+times (a lower bound when the notes' recipe does not reach 98% within its budget).
 """
 
 from __future__ import annotations
@@ -70,10 +70,15 @@ def _conv_block(c_in: int, c_out: int, pool: bool = True) -> nn.Sequential:
 
 def course_model() -> nn.Sequential:
     """The lean CNN of notebook 04 (29 178 parameters, returns logits)."""
-    model = nn.Sequential(OrderedDict(
-        block1=_conv_block(1, 16), block2=_conv_block(16, 32), block3=_conv_block(32, 64, pool=False),
-        flatten=nn.Flatten(), head=nn.Linear(64 * 3 * 3, 10),
-    ))
+    model = nn.Sequential(
+        OrderedDict(
+            block1=_conv_block(1, 16),
+            block2=_conv_block(16, 32),
+            block3=_conv_block(32, 64, pool=False),
+            flatten=nn.Flatten(),
+            head=nn.Linear(64 * 3 * 3, 10),
+        )
+    )
     return model.to(memory_format=torch.channels_last)
 
 
@@ -81,7 +86,7 @@ def course_model() -> nn.Sequential:
 def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     was_training = model.training
     model.eval()
-    correct = sum(int((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum()) for i in range(0, len(y), 1000))
+    correct = sum(int((model(x[i : i + 1000]).argmax(1) == y[i : i + 1000]).sum()) for i in range(0, len(y), 1000))
     model.train(was_training)
     return correct / len(y)
 
@@ -151,14 +156,29 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     tf = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5], [0.5])])
     train_set = load_mnist(train=True, transform=tf)
-    loader = DataLoader(train_set, batch_size=4, shuffle=True, num_workers=2, persistent_workers=True,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        train_set,
+        batch_size=4,
+        shuffle=True,
+        num_workers=2,
+        persistent_workers=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     model = NotesNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     print(f"notes : NotesNet, batch 4, SGD lr 0.001 momentum 0.9, PIL transforms, 2 workers, {args.threads} threads")
-    results["notes"] = run_recipe("notes", model, lambda epoch: iter(loader), opt, None,
-                                  mnist_tensors(train=False, mean=0.5, std=0.5), args.notes_budget,
-                                  args.notes_eval_every, NOTES_EPOCHS, nn.CrossEntropyLoss())
+    results["notes"] = run_recipe(
+        "notes",
+        model,
+        lambda epoch: iter(loader),
+        opt,
+        None,
+        mnist_tensors(train=False, mean=0.5, std=0.5),
+        args.notes_budget,
+        args.notes_eval_every,
+        NOTES_EPOCHS,
+        nn.CrossEntropyLoss(),
+    )
 
     # the course recipe ---------------------------------------------------------------------
     torch.manual_seed(0)
@@ -167,12 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     model = course_model()
     opt = torch.optim.AdamW(model.parameters(), lr=0.02, betas=(0.9, 0.99), weight_decay=1e-4, fused=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.02, total_steps=COURSE_EPOCHS * len(fast))
-    print(f"course: lean CNN + BatchNorm, batch 128 from tensors, AdamW + OneCycleLR, label smoothing, "
-          f"{args.threads} threads")
-    results["course"] = run_recipe("course", model, lambda epoch: iter(fast), opt, sched,
-                                   mnist_tensors(train=False, mean=MNIST_MEAN, std=MNIST_STD),
-                                   args.course_budget, args.course_eval_every, COURSE_EPOCHS,
-                                   nn.CrossEntropyLoss(label_smoothing=0.1))
+    print(
+        f"course: lean CNN + BatchNorm, batch 128 from tensors, AdamW + OneCycleLR, label smoothing, "
+        f"{args.threads} threads"
+    )
+    results["course"] = run_recipe(
+        "course",
+        model,
+        lambda epoch: iter(fast),
+        opt,
+        sched,
+        mnist_tensors(train=False, mean=MNIST_MEAN, std=MNIST_STD),
+        args.course_budget,
+        args.course_eval_every,
+        COURSE_EPOCHS,
+        nn.CrossEntropyLoss(label_smoothing=0.1),
+    )
 
     print()
     print("| recipe | steps | training s | final test acc | best test acc | s to 98% |")
@@ -184,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     if math.isfinite(course_t) and math.isfinite(notes_t):
         print(f"\nthe course recipe reaches 98% {notes_t / course_t:.1f}x sooner")
     elif math.isfinite(course_t):
-        print(f"\nthe course recipe reaches 98% at least {results['notes']['train_s'] / course_t:.1f}x sooner "
-              "(the notes' recipe did not reach it within its budget)")
+        print(
+            f"\nthe course recipe reaches 98% at least {results['notes']['train_s'] / course_t:.1f}x sooner "
+            "(the notes' recipe did not reach it within its budget)"
+        )
     else:
         print("\nthe course recipe did not reach 98% within its budget")
     return 0

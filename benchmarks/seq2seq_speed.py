@@ -31,8 +31,8 @@ import time
 
 import torch
 
-from utils import get_device, seed_everything
 from tools.lesson_code import load
+from utils import get_device, seed_everything
 from utils.seq2seq import CORPUS_FILE, build_langs, filter_pairs, make_batches, read_pairs, split_pairs
 
 
@@ -69,8 +69,9 @@ def notes_loop(model, train, src_lang, tgt_lang, seconds: float, device: torch.d
     return log
 
 
-def course_loop(model, train, src_lang, tgt_lang, seconds: float, device: torch.device, seed: int,
-                batch_size: int) -> list[tuple]:
+def course_loop(
+    model, train, src_lang, tgt_lang, seconds: float, device: torch.device, seed: int, batch_size: int
+) -> list[tuple]:
     """Notebook 05's loop. Returns (pairs, cpu_s, wall_s, loss) after every batch."""
     rng = random.Random(seed)
     train_step = load("05_seq2seq_translation").train_step
@@ -120,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     src_lang, tgt_lang = build_langs(train)
     model = load("05_seq2seq_translation").build_model("content", src_lang, tgt_lang, args.hidden)
     twin = copy.deepcopy(model)  # same initial weights for both loops
-    print(f"{len(train)} training pairs, hidden size {args.hidden}, device {device.type}, "
-          f"{torch.get_num_threads()} thread(s), {args.seconds:.0f} s wall per loop")
+    print(
+        f"{len(train)} training pairs, hidden size {args.hidden}, device {device.type}, "
+        f"{torch.get_num_threads()} thread(s), {args.seconds:.0f} s wall per loop"
+    )
 
     notes = notes_loop(model.to(device), train, src_lang, tgt_lang, args.seconds, device, args.seed)
     course = course_loop(twin.to(device), train, src_lang, tgt_lang, args.seconds, device, args.seed, args.batch_size)
@@ -133,16 +136,26 @@ def main(argv: list[str] | None = None) -> int:
         pairs, cpu, wall = log[-1][0], log[-1][1], log[-1][2]
         reached = first_time_below(log, target)
         rows.append((name, pairs, pairs / cpu, pairs / wall, reached))
-    print(f"\n{'loop':32} {'pairs':>8} {'pairs/CPU s':>12} {'pairs/wall s':>13} {'reach loss ' + format(target, '.3f'):>22}")
+    print(
+        f"\n{'loop':32} {'pairs':>8} {'pairs/CPU s':>12} {'pairs/wall s':>13} "
+        f"{'reach loss ' + format(target, '.3f'):>22}"
+    )
     for name, pairs, per_cpu, per_wall, reached in rows:
         when = f"{reached[0]:7.1f} s CPU {reached[1]:6.1f} s wall" if reached else "not reached"
         print(f"{name:32} {pairs:8d} {per_cpu:12.0f} {per_wall:13.0f} {when:>22}")
-    (_, _, notes_cpu_rate, notes_wall_rate, notes_reached), (_, _, course_cpu_rate, course_wall_rate, course_reached) = rows
-    print(f"\nthroughput ratio: {course_cpu_rate / notes_cpu_rate:.0f}x per CPU second, "
-          f"{course_wall_rate / notes_wall_rate:.0f}x per wall second (target >= 20x)")
+    (
+        (_, _, notes_cpu_rate, notes_wall_rate, notes_reached),
+        (_, _, course_cpu_rate, course_wall_rate, course_reached),
+    ) = rows
+    print(
+        f"\nthroughput ratio: {course_cpu_rate / notes_cpu_rate:.0f}x per CPU second, "
+        f"{course_wall_rate / notes_wall_rate:.0f}x per wall second (target >= 20x)"
+    )
     if notes_reached and course_reached:
-        print(f"time-to-loss ratio: {notes_reached[0] / course_reached[0]:.0f}x in CPU time, "
-              f"{notes_reached[1] / course_reached[1]:.0f}x in wall time")
+        print(
+            f"time-to-loss ratio: {notes_reached[0] / course_reached[0]:.0f}x in CPU time, "
+            f"{notes_reached[1] / course_reached[1]:.0f}x in wall time"
+        )
     return 0
 
 

@@ -69,8 +69,9 @@ def test_round_trip_restores_everything(tmp_path):
     model, opt, sched, scaler = _make()
     _train(model, opt, sched, scaler, 0, 4)
     extra = {"loss": 0.25, "best": [1, 2.5, "x", None], "nested": {"t": torch.arange(3)}}
-    path = save_checkpoint(tmp_path / "ck", model=model, optimizer=opt, scheduler=sched, scaler=scaler,
-                           epoch=1, step=4, extra=extra)
+    path = save_checkpoint(
+        tmp_path / "ck", model=model, optimizer=opt, scheduler=sched, scaler=scaler, epoch=1, step=4, extra=extra
+    )
     assert path == tmp_path / "ck" / "checkpoint_00000004.pt"
     after_save = _draw()
     _draw()
@@ -208,15 +209,15 @@ def test_resume_is_bit_identical(tmp_path):
 
     resumed = _make(seed=123)
     torch.manual_seed(999)  # a new process starts with other random states
-    info = load_checkpoint(tmp_path, model=resumed[0], optimizer=resumed[1], scheduler=resumed[2],
-                           scaler=resumed[3])
+    info = load_checkpoint(tmp_path, model=resumed[0], optimizer=resumed[1], scheduler=resumed[2], scaler=resumed[3])
     _train(*resumed, info.step, 10)
     assert _state_equal(reference[0], resumed[0])
 
     # control: without the RNG states the dropout masks and batches differ
     unseeded = _make(seed=123)
-    load_checkpoint(tmp_path, model=unseeded[0], optimizer=unseeded[1], scheduler=unseeded[2],
-                    scaler=unseeded[3], restore_rng=False)
+    load_checkpoint(
+        tmp_path, model=unseeded[0], optimizer=unseeded[1], scheduler=unseeded[2], scaler=unseeded[3], restore_rng=False
+    )
     _train(*unseeded, info.step, 10)
     assert not _state_equal(reference[0], unseeded[0])
 
@@ -467,9 +468,11 @@ def test_every_flipped_byte_is_refused_and_fallback_skips_it(tmp_path):
 
 
 def _snapshot(model, opt):
-    return ({k: v.clone() for k, v in model.state_dict().items()},
-            {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()},
-            rng_state_dict())
+    return (
+        {k: v.clone() for k, v in model.state_dict().items()},
+        {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()},
+        rng_state_dict(),
+    )
 
 
 def _assert_unchanged(model, opt, snapshot):
@@ -488,8 +491,16 @@ def _wider_head():
     return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.3), nn.Linear(8, 3))
 
 
-@pytest.mark.parametrize("case", ["size mismatch", "another optimizer class", "optimizer over other parameters",
-                                  "bad RNG record", "RNG record lacks numpy"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "size mismatch",
+        "another optimizer class",
+        "optimizer over other parameters",
+        "bad RNG record",
+        "RNG record lacks numpy",
+    ],
+)
 def test_failed_load_changes_nothing(tmp_path, case):
     from utils.checkpoint_files import atomic_torch_save
 
@@ -545,7 +556,10 @@ def test_stale_temporaries_are_removed(tmp_path):
     # a file name (not a folder) cleans the temporaries of that name only
     (tmp_path / ".last.pt.a1b2c3d4.tmp").write_bytes(b"z")
     save_checkpoint(tmp_path / "last.pt", model=model, step=6)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == [".notes.tmp", ".other.pt.abcdefgh.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == [
+        ".notes.tmp",
+        ".other.pt.abcdefgh.tmp",
+    ]
 
 
 def test_writer_whose_temporary_was_taken_for_abandoned_starts_again(tmp_path, monkeypatch):
@@ -564,8 +578,9 @@ def test_writer_whose_temporary_was_taken_for_abandoned_starts_again(tmp_path, m
                 temporary.unlink()
         return fcntl.flock(fd, operation)
 
-    monkeypatch.setattr(ck, "fcntl", types.SimpleNamespace(flock=cleaner_got_there_first, LOCK_EX=fcntl.LOCK_EX,
-                                                           LOCK_NB=fcntl.LOCK_NB))
+    monkeypatch.setattr(
+        ck, "fcntl", types.SimpleNamespace(flock=cleaner_got_there_first, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB)
+    )
     path = save_checkpoint(tmp_path, model=nn.Linear(2, 1), step=1)
     assert len(raced) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_name(1)]
     assert load_checkpoint(path, model=nn.Linear(2, 1)).step == 1

@@ -10,7 +10,8 @@ from tools.course import ROOT, compare, drift_message, installed_versions, locke
 WHERE_FROM = """
 import importlib.metadata, importlib.util, json
 provided = importlib.metadata.packages_distributions()
-print(json.dumps({name: [importlib.util.find_spec(name).origin, provided.get(name, [])] for name in ("utils", "tools")}))
+where = {name: [importlib.util.find_spec(name).origin, provided.get(name, [])] for name in ("utils", "tools")}
+print(json.dumps(where))
 """
 """Where `import utils` and `import tools` would load from (found, not run: utils imports torch), and which
 installed distributions say they provide them."""
@@ -19,18 +20,26 @@ installed distributions say they provide them."""
 def test_utils_and_tools_are_the_course_s_from_any_working_directory(tmp_path):
     """A notebook's kernel starts in notebooks/, a torchrun script anywhere: `import utils` must find the
     course's, never a same-named package some distribution installed into the venv."""
-    found = json.loads(subprocess.run([sys.executable, "-c", WHERE_FROM], cwd=tmp_path, check=True,
-                                      capture_output=True, text=True).stdout)
+    found = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", WHERE_FROM], cwd=tmp_path, check=True, capture_output=True, text=True
+        ).stdout
+    )
     for name, (file, distributions) in found.items():
         others = sorted(set(distributions) - {"torch-course", "torch_course"})
         assert not others and Path(file).is_relative_to(ROOT), (
             f"`import {name}` gives {file}, provided by {others or 'no known distribution'}, not the course's "
             f"{ROOT / name}: uninstall it (`{sys.executable} -m pip uninstall {' '.join(others) or name}`), "
-            "then `make venv`")
+            "then `make venv`"
+        )
 
 
 def test_the_lock_s_markers_pick_this_python_s_version():
-    lock = "numpy==2.4.6 ; python_full_version >= '3.11'\n    # via torch-course\nnumpy==2.2.6 ; python_full_version < '3.11'\n"
+    lock = (
+        "numpy==2.4.6 ; python_full_version >= '3.11'\n"
+        "    # via torch-course\n"
+        "numpy==2.2.6 ; python_full_version < '3.11'\n"
+    )
     assert locked_versions(lock) == {"numpy": "2.4.6" if sys.version_info >= (3, 11) else "2.2.6"}
 
 

@@ -202,8 +202,9 @@ def test_worker_datasets_pickle_and_run_in_workers():
     assert ds[0][:2] == (0, -1)
 
     def rows(seed: int) -> list[tuple[int, ...]]:
-        loader = DataLoader(ds, batch_size=3, num_workers=2, worker_init_fn=seed_worker,
-                            generator=torch.Generator().manual_seed(seed))
+        loader = DataLoader(
+            ds, batch_size=3, num_workers=2, worker_init_fn=seed_worker, generator=torch.Generator().manual_seed(seed)
+        )
         return [tuple(int(v) for v in row) for batch in loader for row in zip(*batch)]
 
     first = rows(0)

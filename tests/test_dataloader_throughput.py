@@ -27,10 +27,16 @@ def test_io_ms_sleeps(monkeypatch):
     assert slept == [0.0015]  # only when io_ms > 0
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"n": 0}, ValueError), ({"n": 2.0}, TypeError), ({"n": True}, TypeError),
-    ({"io_ms": -1}, ValueError), ({"io_ms": "1"}, TypeError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"n": 0}, ValueError),
+        ({"n": 2.0}, TypeError),
+        ({"n": True}, TypeError),
+        ({"io_ms": -1}, ValueError),
+        ({"io_ms": "1"}, TypeError),
+    ],
+)
 def test_bad_arguments(kwargs, error):
     with pytest.raises(error):
         SlowImages(**kwargs)

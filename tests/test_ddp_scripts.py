@@ -19,8 +19,14 @@ def test_distributed_joins_and_always_destroys(monkeypatch, tmp_path):
     """distributed() joins the group torchrun describes (here: one process) and destroys it, even after an error."""
     from utils.launch import free_port
 
-    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}.items():
+    for name, value in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }.items():
         monkeypatch.setenv(name, value)
     with distributed("cpu", timeout_s=30) as info:
         assert dist.is_initialized() and (info.rank, info.world_size, info.backend) == (0, 1, "gloo")
@@ -29,7 +35,7 @@ def test_distributed_joins_and_always_destroys(monkeypatch, tmp_path):
     assert not dist.is_initialized()
     assert load_rank_results(tmp_path) == {0: {"rank": 0}}
     with pytest.raises(ZeroDivisionError), distributed("cpu", timeout_s=30):
-        1 / 0
+        _ = 1 / 0
     assert not dist.is_initialized()
     with pytest.raises(TypeError, match="must be a dict"):
         save_result(tmp_path, [1])

@@ -17,10 +17,17 @@ import jupytext
 import nbformat
 import pytest
 
-from utils.exercises import CORRECT, KNOWN_ERRORS, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge
-from utils.exercises.section import (check_number, code_sources, exercise_cells, progress, read_notebook,
-                                     run_sources, stub_number)
 from tools.notebooks import notebook_path
+from utils.exercises import CORRECT, KNOWN_ERRORS, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge
+from utils.exercises.section import (
+    check_number,
+    code_sources,
+    exercise_cells,
+    progress,
+    read_notebook,
+    run_sources,
+    stub_number,
+)
 from utils.paths import REPO_ROOT, SOURCES_DIR
 
 SOLUTIONS_DIR = REPO_ROOT / "solutions"
@@ -65,7 +72,9 @@ def test_every_notebook_has_three_exercises_each_with_a_stub_a_check_and_a_solut
     assert stubs == checks == list(range(1, len(stubs) + 1)), f"{py.name}: stubs {stubs}, checks {checks}"
     for i, s in enumerate(sources):  # each check cell comes right after its stub
         if check_number(s) is not None:
-            assert stub_number(sources[i - 1]) == check_number(s), f"{py.name}: check {check_number(s)} not after its stub"
+            assert stub_number(sources[i - 1]) == check_number(s), (
+                f"{py.name}: check {check_number(s)} not after its stub"
+            )
     registry: Registry = Checker(py.stem[:2], quiet=True).registry
     assert sorted(registry.exercises) == stubs
     found = solutions(py.stem)
@@ -75,11 +84,16 @@ def test_every_notebook_has_three_exercises_each_with_a_stub_a_check_and_a_solut
         assert len(entry["wrong"]) >= 1, f"exercise {number}: no known-wrong answer"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def headings(stem_prefix: str) -> list[str]:
     nb = jupytext.read(next(SOURCES_DIR.glob(f"{stem_prefix}_*.py")))
-    return [ln.lstrip("#").strip() for c in nb.cells if c.cell_type == "markdown"
-            for ln in c.source.splitlines() if re.match(r"#{2,3} ", ln)]
+    return [
+        ln.lstrip("#").strip()
+        for c in nb.cells
+        if c.cell_type == "markdown"
+        for ln in c.source.splitlines()
+        if re.match(r"#{2,3} ", ln)
+    ]
 
 
 def _missing(part: str, notebook: str) -> bool:
@@ -114,8 +128,11 @@ def test_untouched_stubs_say_not_attempted(py):
 
 def test_stored_outputs_say_not_attempted(py):
     nb = nbformat.read(notebook_path(py), as_version=4)
-    texts = ["".join(o.get("text", "") for o in c.outputs) for c in exercise_cells(nb, py.name)
-             if c.cell_type == "code" and check_number(c.source) is not None]
+    texts = [
+        "".join(o.get("text", "") for o in c.outputs)
+        for c in exercise_cells(nb, py.name)
+        if c.cell_type == "code" and check_number(c.source) is not None
+    ]
     assert texts and all("not attempted yet" in t for t in texts), texts
 
 
@@ -137,7 +154,8 @@ def test_known_wrong_answers_get_their_hint(py):
             line = check_lines(output).get(number, "")
             capitalised = expected[:1].upper() + expected[1:]  # a hint's first letter is printed upper-case
             assert "✗ not yet" in line and (expected in line or capitalised in line) and "Re-read" in line, (
-                f"{py.name} exercise {number}: expected a hint containing {expected!r}, got:\n{output}")
+                f"{py.name} exercise {number}: expected a hint containing {expected!r}, got:\n{output}"
+            )
             assert "Traceback" not in output
             reread = re.search(r"Re-read “(.*)”\.$", line).group(1)
             assert not sections_exist(reread, py.stem[:2]), f"{py.name} exercise {number}: no heading {reread!r}"
@@ -167,8 +185,15 @@ def test_judge_reports_every_status_without_a_traceback():
     assert status == WRONG and message == "You returned the input. Re-read “section B”."
 
     cell = {}  # a learner's function, defined in a notebook cell
-    exec(compile("def broken(x):\n    raise RuntimeError(\"view size is not compatible with input tensor's size "
-                 "and stride (at least one ...)\")\n", "<cell>", "exec"), cell)
+    exec(
+        compile(
+            "def broken(x):\n    raise RuntimeError(\"view size is not compatible with input tensor's size "
+            'and stride (at least one ...)")\n',
+            "<cell>",
+            "exec",
+        ),
+        cell,
+    )
     status, message = judge(TOY, 1, cell["broken"])
     assert status == WRONG and "Your code raised RuntimeError in `broken` (line 2 of its cell)" in message
     assert "use `reshape`" in message and "01 · 4. Memory layout" in message

@@ -105,9 +105,11 @@ def test_failure_shows_the_workers_stderr():
 
 def test_timeout_kills_the_whole_tree():
     # the "agent" starts a "worker" in a session of its own, as torchrun does, then both hang
-    code = ("import subprocess, sys, time; "
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
-            "print('[rank 0] hanging', flush=True); time.sleep(60)")
+    code = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+        "print('[rank 0] hanging', flush=True); time.sleep(60)"
+    )
     with pytest.raises(TorchrunError, match="timed out") as info:
         run_commands([[PY, "-c", code]], timeout=3)
     result = info.value.result
@@ -201,7 +203,7 @@ def _listening(pids) -> list[tuple[str, int]]:
             if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
                 addr, port = fields[1].split(":")
                 raw = bytes.fromhex(addr)  # each 32-bit word in host (little-endian) order
-                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                 found.append((str(ipaddress.ip_address(raw)), int(port, 16)))
     return found
 
@@ -227,6 +229,7 @@ class Job:
 
 def _job_is_up(out: Path) -> Job:
     """Wait until both workers of WAITING_WORKER have reported; what the job runs and listens on."""
+
     def reports():
         files = sorted(out.glob("rank*.txt"))
         return len(files) == 2 and [json.loads(f.read_text()) for f in files]
@@ -291,11 +294,14 @@ def test_the_next_kernel_finds_and_stops_what_a_killed_one_left(waiting_job, tmp
     launcher.wait()
     os.kill(job.agent, signal.SIGKILL)
     assert all(_alive(p) for p in job.workers)  # orphans, still listening on their ports
-    code = ("import json, sys; from utils.launch import leftover_processes, run_commands; "
-            "before = leftover_processes(); run_commands([[sys.executable, '-c', 'pass']]); "
-            "print(json.dumps([before, leftover_processes()]))")
-    new_kernel = subprocess.run([PY, "-c", code], cwd=REPO_ROOT, env=_kernel_env(tmp_path), capture_output=True,
-                                text=True, timeout=60)
+    code = (
+        "import json, sys; from utils.launch import leftover_processes, run_commands; "
+        "before = leftover_processes(); run_commands([[sys.executable, '-c', 'pass']]); "
+        "print(json.dumps([before, leftover_processes()]))"
+    )
+    new_kernel = subprocess.run(
+        [PY, "-c", code], cwd=REPO_ROOT, env=_kernel_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
     assert new_kernel.returncode == 0, new_kernel.stderr
     before, after = json.loads(new_kernel.stdout.splitlines()[-1])
     assert set(job.workers) <= set(before), "leftover_processes() in a new process must list the orphans"
@@ -311,8 +317,11 @@ def test_a_single_machine_launch_listens_on_loopback_only_and_leaves_no_temp_fol
     temp = tmp_path / "temp"
     temp.mkdir()
     results = []
-    launch = threading.Thread(target=lambda: results.append(
-        run_torchrun(script, nproc=2, args=[tmp_path], env={"TMPDIR": str(temp)}, timeout=120)))
+    launch = threading.Thread(
+        target=lambda: results.append(
+            run_torchrun(script, nproc=2, args=[tmp_path], env={"TMPDIR": str(temp)}, timeout=120)
+        )
+    )
     launch.start()
     try:
         job = _job_is_up(tmp_path)

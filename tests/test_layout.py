@@ -75,8 +75,12 @@ def imported_modules(source: str) -> set[str]:
             names.update(f"{node.module}.{alias.name}" for alias in node.names)  # kept if it is a submodule
             if node.module == "utils":
                 names.update(reexports()[alias.name] for alias in node.names if alias.name in reexports())
-        elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Checker" and node.args
-              and isinstance(node.args[0], ast.Constant)):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "Checker"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(f"utils.exercises.nb{node.args[0].value}")
     with_packages = {".".join(name.split(".")[:i]) for name in names for i in range(1, name.count(".") + 2)}
     return with_packages & MODULES.keys()
@@ -92,19 +96,31 @@ def importing_notebooks() -> dict[str, set[str]]:
 
 
 def test_the_import_scan_sees_each_form_of_import():
-    source = ("from utils import fmt, plot_curves\nimport utils.launch\nfrom utils.ddp.common import report\n"
-              "from tools import translation_corpus as tc\nex = Checker('07')\n"
-              "from torch.utils.data import DataLoader\n")
+    source = (
+        "from utils import fmt, plot_curves\nimport utils.launch\nfrom utils.ddp.common import report\n"
+        "from tools import translation_corpus as tc\nex = Checker('07')\n"
+        "from torch.utils.data import DataLoader\n"
+    )
     assert imported_modules(source) == {
-        "utils", "utils.printing", "utils.plotting", "utils.launch", "utils.ddp", "utils.ddp.common", "tools",
-        "tools.translation_corpus", "utils.exercises", "utils.exercises.nb07"}
+        "utils",
+        "utils.printing",
+        "utils.plotting",
+        "utils.launch",
+        "utils.ddp",
+        "utils.ddp.common",
+        "tools",
+        "tools.translation_corpus",
+        "utils.exercises",
+        "utils.exercises.nb07",
+    }
 
 
 @pytest.mark.parametrize("module", UTILS)
 def test_each_utils_module_names_its_notebooks(module):
     assert declared_notebooks(module) is not None, (
         f"{MODULES[module].relative_to(REPO_ROOT)}: the first paragraph of its docstring should name the notebooks "
-        "that import it, as 'Used by notebooks NN and NN.', 'Used by every notebook.' or 'Used by no notebook.'")
+        "that import it, as 'Used by notebooks NN and NN.', 'Used by every notebook.' or 'Used by no notebook.'"
+    )
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -113,7 +129,8 @@ def test_the_named_notebooks_are_the_ones_that_import_it(module):
     assert declared == actual, (
         f"{MODULES[module].relative_to(REPO_ROOT)}: its docstring names notebooks {sorted(declared)}, but "
         f"{sorted(actual)} import it (named but not importing: {sorted(declared - actual)}; importing but not "
-        f"named: {sorted(actual - declared)}); correct its 'Used by ...' sentence")
+        f"named: {sorted(actual - declared)}); correct its 'Used by ...' sentence"
+    )
 
 
 @pytest.mark.parametrize("module", UTILS)
@@ -125,7 +142,8 @@ def test_a_utils_module_fewer_than_two_notebooks_use_says_why_it_is_there(module
     assert reason, (
         f"{MODULES[module].relative_to(REPO_ROOT)}: only notebooks {sorted(importing_notebooks()[module])} import "
         f"it, so the first paragraph of its docstring should say '{REASON}...' (a spawn-safe dataset, a torchrun "
-        "script's helper, ...), or the code should move into its notebook or tools/")
+        "script's helper, ...), or the code should move into its notebook or tools/"
+    )
 
 
 def test_the_scan_sees_every_notebook_source():

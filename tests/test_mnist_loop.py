@@ -24,8 +24,11 @@ def _setup():
 def test_training_stops_at_the_first_nan_batch_before_the_update():
     model, optimizer, scheduler, batches = _setup()
     batches[2][0][5, 0, 1, 1] = float("nan")  # one pixel of one image of the third batch
-    with pytest.raises(FloatingPointError, match=r"training step 3 \(batch 2 of this call\): the loss is nan; "
-                                                 r"its input holds 1 NaN or infinite value\(s\): check the data"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"training step 3 \(batch 2 of this call\): the loss is nan; "
+        r"its input holds 1 NaN or infinite value\(s\): check the data",
+    ):
         lesson.train_steps(model, batches, optimizer, scheduler)
     assert scheduler.last_epoch == 2  # two steps were taken, the NaN batch's was not
     assert all(torch.isfinite(p).all() for p in model.parameters())
@@ -38,9 +41,12 @@ def test_evaluation_after_a_nan_batch_blames_the_model_not_the_learning_rate():
     batches[1][0][0, 0, 0, 0] = float("nan")
     with pytest.raises(FloatingPointError):
         lesson.train_steps(model, batches, optimizer, scheduler)
-    with pytest.raises(FloatingPointError, match=r"evaluation batch 0: the loss is nan; its input is finite, but the "
-                                                 r"model holds NaN or infinity in 2\.running_mean, 2\.running_var: "
-                                                 r"rebuild it"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"evaluation batch 0: the loss is nan; its input is finite, but the "
+        r"model holds NaN or infinity in 2\.running_mean, 2\.running_var: "
+        r"rebuild it",
+    ):
         lesson.evaluate(model, batches[:1])  # a clean batch: the NaN comes from the running statistics
 
 
@@ -48,8 +54,11 @@ def test_training_names_a_divergence_when_the_input_is_finite():
     model, optimizer, scheduler, batches = _setup()
     with torch.no_grad():
         model[1].weight.fill_(float("inf"))  # as after a diverged update
-    with pytest.raises(FloatingPointError, match=r"batch 0 of this call\): the loss is nan; its input is finite, "
-                                                 r"but the model holds NaN or infinity in 1\.weight"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"batch 0 of this call\): the loss is nan; its input is finite, "
+        r"but the model holds NaN or infinity in 1\.weight",
+    ):
         lesson.train_steps(model, batches, optimizer, scheduler)
 
 
@@ -66,8 +75,10 @@ def test_evaluate_refuses_nan_outputs():
 def test_training_refuses_an_optimizer_of_another_model():
     model, _, _, batches = _setup()
     stale, optimizer, scheduler, _ = _setup()  # as after re-running the cell that builds the model, not the optimizer
-    with pytest.raises(ValueError, match="the optimizer holds parameters that are not this model's.*and the "
-                                         "scheduler from that optimizer"):  # a stale scheduler would drive the old one
+    with pytest.raises(
+        ValueError,
+        match="the optimizer holds parameters that are not this model's.*and the scheduler from that optimizer",
+    ):  # a stale scheduler would drive the old one
         lesson.train_steps(model, batches, optimizer, scheduler)
     # an optimizer over part of the model (fine-tuning the last layer) is fine
     head_only = torch.optim.SGD(model[4].parameters(), lr=0.1)

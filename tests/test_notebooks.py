@@ -11,8 +11,6 @@ import nbformat
 import pytest
 import torch
 
-from utils import REPO_ROOT
-from utils.paths import SOURCES_DIR
 from tools.notebooks import (
     NOTEBOOK_ENV,
     PINNED_X86_NUMERICS,
@@ -30,6 +28,8 @@ from tools.notebooks import (
     shown_seconds,
     source_digest,
 )
+from utils import REPO_ROOT
+from utils.paths import SOURCES_DIR
 
 NB_DIR = REPO_ROOT / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -66,7 +66,9 @@ def test_notebook_opens_and_closes_for_a_learner(nb):
 
 
 DEMO_HEADER = "# %% [markdown]\n# # Demo\n# **Study time:** about 5 min. **Run time:** 5 s\n\n"
-DEMO_README = "| # | notebook | teaches | study | run | gpu |\n| 99 | [demo](notebooks/99_demo.ipynb) | x | 5 min | 5 s | - |\n"
+DEMO_README = (
+    "| # | notebook | teaches | study | run | gpu |\n| 99 | [demo](notebooks/99_demo.ipynb) | x | 5 min | 5 s | - |\n"
+)
 
 
 def _demo(tmp_path, code="print(1)"):
@@ -142,7 +144,14 @@ def test_check_catches_errors_warnings_and_unasserted_ignores(tmp_path):
     nb.metadata = {"torch_course": {"source_sha256": source_digest(nb)}}
     nbformat.write(nb, tmp_path / "98_demo.ipynb")
     text = "\n".join(check(tmp_path / "98_demo.ipynb"))
-    expected_problems = ("not 1..3", "stored error output", "FutureWarning", "without an assert", "max 20%", "asserts nothing")
+    expected_problems = (
+        "not 1..3",
+        "stored error output",
+        "FutureWarning",
+        "without an assert",
+        "max 20%",
+        "asserts nothing",
+    )
     for expected in expected_problems:
         assert expected in text
 
@@ -190,17 +199,28 @@ def test_every_make_command_the_course_mentions_is_a_target():
     assert {"lab", "test", "execute"} <= set(mentioned)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # not make test's
     for target, files in sorted(mentioned.items()):
-        dry = subprocess.run(["make", "-n", target], cwd=REPO_ROOT, capture_output=True, text=True,
-                             env={**env, "LC_ALL": "C"}, timeout=60)
+        dry = subprocess.run(
+            ["make", "-n", target],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            env={**env, "LC_ALL": "C"},
+            timeout=60,
+        )
         assert dry.returncode == 0 and "Nothing to be done" not in dry.stdout, (
-            f"{sorted(files)} mention `make {target}`: {dry.stderr.strip() or dry.stdout.strip()}")
+            f"{sorted(files)} mention `make {target}`: {dry.stderr.strip() or dry.stdout.strip()}"
+        )
 
 
 def test_x86_numerics_are_pinned(monkeypatch):
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     env = notebook_env()
-    assert {k: env[k] for k in PINNED_X86_NUMERICS} == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2",
-                                                        "ONEDNN_MAX_CPU_ISA": "AVX2", "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}
+    assert {k: env[k] for k in PINNED_X86_NUMERICS} == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3",
+    }
     assert "MKL_CBWR" not in notebook_env(numerics="two-threads")  # unpinned, as on a learner's machine
     monkeypatch.setattr("platform.machine", lambda: "arm64")
     assert not set(PINNED_X86_NUMERICS) & set(notebook_env())  # meaningless on ARM: not set
@@ -225,20 +245,32 @@ def test_learner_env_pins_nothing(monkeypatch):
     monkeypatch.setenv("TORCH_COURSE_NUMERICS", "two-threads")
     env = learner_env()
     assert env["PYTHONWARNINGS"] == "default"  # every warning shown once per place
-    for key in ("OMP_NUM_THREADS", "TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES", "MKL_CBWR",
-                "ATEN_CPU_CAPABILITY", "TORCH_COURSE_NUMERICS"):
+    for key in (
+        "OMP_NUM_THREADS",
+        "TORCH_COURSE_DEVICE",
+        "CUDA_VISIBLE_DEVICES",
+        "MKL_CBWR",
+        "ATEN_CPU_CAPABILITY",
+        "TORCH_COURSE_NUMERICS",
+    ):
         assert key not in env, key
 
 
 def test_warning_lines_are_found_in_text_and_stderr():
     cell = nbformat.v4.new_code_cell("x = 1")
     cell.outputs = [
-        nbformat.v4.new_output("stream", name="stderr", text="/x/y.py:3: ResourceWarning: unclosed file <x>\n  f = open()\n"),
+        nbformat.v4.new_output(
+            "stream", name="stderr", text="/x/y.py:3: ResourceWarning: unclosed file <x>\n  f = open()\n"
+        ),
         nbformat.v4.new_output("stream", name="stdout", text="TracerWarning: Converting a tensor\nno warning here\n"),
     ]
     assert _warning_lines(cell) == {"ResourceWarning: unclosed file <x>", "TracerWarning: Converting a tensor"}
     again = nbformat.v4.new_code_cell("x = 1")
-    again.outputs = [nbformat.v4.new_output("stream", name="stderr", text="/tmp/ipykernel_9/8.py:3: ResourceWarning: unclosed file <x>\n")]
+    again.outputs = [
+        nbformat.v4.new_output(
+            "stream", name="stderr", text="/tmp/ipykernel_9/8.py:3: ResourceWarning: unclosed file <x>\n"
+        )
+    ]
     assert _warning_lines(again) <= _warning_lines(cell)  # the same warning from another run and place
 
 
@@ -253,17 +285,25 @@ def _environ_restored():
         os.environ.update(saved)
 
 
-@pytest.mark.parametrize(("variables", "expected", "absent"), [
-    ({}, {"OMP_NUM_THREADS": "1", "TORCH_COURSE_DEVICE": "cpu"}, set()),
-    ({"TORCH_COURSE_NUMERICS": "two-threads"}, {"OMP_NUM_THREADS": "2"}, {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}),
-    ({"TORCH_COURSE_GPU": "1"}, {"OMP_NUM_THREADS": "1"}, {"TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES"}),
-])
+@pytest.mark.parametrize(
+    ("variables", "expected", "absent"),
+    [
+        ({}, {"OMP_NUM_THREADS": "1", "TORCH_COURSE_DEVICE": "cpu"}, set()),
+        ({"TORCH_COURSE_NUMERICS": "two-threads"}, {"OMP_NUM_THREADS": "2"}, {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}),
+        ({"TORCH_COURSE_GPU": "1"}, {"OMP_NUM_THREADS": "1"}, {"TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES"}),
+    ],
+)
 def test_test_targets_get_their_environment(monkeypatch, variables, expected, absent):
     """What conftest.py applies: the notebook kernels of make test, test-portable and test-lax inherit it."""
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     with _environ_restored():
-        for key in ("TORCH_COURSE_NUMERICS", "TORCH_COURSE_GPU", "TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES",
-                    *PINNED_X86_NUMERICS):
+        for key in (
+            "TORCH_COURSE_NUMERICS",
+            "TORCH_COURSE_GPU",
+            "TORCH_COURSE_DEVICE",
+            "CUDA_VISIBLE_DEVICES",
+            *PINNED_X86_NUMERICS,
+        ):
             os.environ.pop(key, None)
         os.environ.update(variables)
         os.environ["MKL_CBWR"] = "left over"  # a pinned variable the configuration may remove

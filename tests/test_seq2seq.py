@@ -7,10 +7,10 @@ from tools.lesson_code import load
 from utils.seq2seq import (
     ENG_PREFIXES,
     EOS_token,
+    Lang,
     PAD_token,
     SOS_token,
     UNK_token,
-    Lang,
     UnknownWordError,
     batch_tensors,
     build_langs,
@@ -75,8 +75,11 @@ def test_read_pairs_errors(tmp_path):
 
 
 def test_split_pairs_keeps_shared_sentences_together():
-    pairs = [("tu es fatigue .", "you are tired ."), ("vous etes fatigue .", "you are tired ."),
-             ("vous etes fatigues .", "you are tired .")] + [(f"f{i}", f"e{i}") for i in range(97)]
+    pairs = [
+        ("tu es fatigue .", "you are tired ."),
+        ("vous etes fatigue .", "you are tired ."),
+        ("vous etes fatigues .", "you are tired ."),
+    ] + [(f"f{i}", f"e{i}") for i in range(97)]
     train, val, test = split_pairs(pairs, (0.5, 0.25, 0.25), seed=1)
     assert sorted(train + val + test) == sorted(pairs)
     for part in (train, val, test):
@@ -104,8 +107,12 @@ def test_lang_specials_encode_decode_and_unknown_words():
         Lang(3)  # type: ignore[arg-type]
 
 
-PAIRS = [("je suis froid .", "i am cold ."), ("il a faim .", "he is hungry ."),
-         ("je la vois .", "i see her ."), ("nous avons dix ans .", "we are ten years old .")]
+PAIRS = [
+    ("je suis froid .", "i am cold ."),
+    ("il a faim .", "he is hungry ."),
+    ("je la vois .", "i see her ."),
+    ("nous avons dix ans .", "we are ten years old ."),
+]
 
 
 def test_batches_are_padded_and_bucketed():
@@ -138,7 +145,7 @@ def test_the_three_attentions():
     states = torch.randn(2, 3, 8)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     perm = torch.tensor([4, 2, 0, 1, 3])
-    for name, attention in lesson.ATTENTION.items():
+    for attention in lesson.ATTENTION.values():
         w = attention(8)(states, keys, mask)
         assert w.shape == (2, 3, 5)
         torch.testing.assert_close(w.sum(-1), torch.ones(2, 3))
@@ -148,7 +155,9 @@ def test_the_three_attentions():
     content, location = lesson.ContentAttention(8), lesson.LocationAttention(8)
     full = torch.ones(1, 5, dtype=torch.bool)
     # content-based: permuting the encoder outputs permutes the weights; location-based: nothing moves
-    torch.testing.assert_close(content(states[:1], keys[:1, perm], full), content(states[:1], keys[:1], full)[..., perm])
+    torch.testing.assert_close(
+        content(states[:1], keys[:1, perm], full), content(states[:1], keys[:1], full)[..., perm]
+    )
     torch.testing.assert_close(location(states[:1], keys[:1, perm], full), location(states[:1], keys[:1], full))
     with pytest.raises(ValueError, match="attention must be one of"):
         lesson.Decoder(10, 8, "luong")
@@ -162,7 +171,9 @@ def test_models_start_equal_except_the_score():
         weights[name] = lesson.build_model(name, src, tgt, hidden_size=8).state_dict()
     shared = weights.pop("none")  # the model without attention has only the shared weights
     assert {name: sorted({k.split(".")[2] for k in set(state) - set(shared)}) for name, state in weights.items()} == {
-        "location": ["score"], "content": ["U", "W", "v"]}
+        "location": ["score"],
+        "content": ["U", "W", "v"],
+    }
     for name, state in weights.items():
         assert [k for k, v in shared.items() if not torch.equal(v, state[k])] == [], name
 
@@ -201,7 +212,7 @@ def test_teacher_forcing_feeds_the_target_shifted_right():
     for t in range(batch.tgt.shape[1]):
         step, hidden, _ = model.decoder(previous, hidden, enc_out, batch.src != PAD_token)
         torch.testing.assert_close(step[:, 0], logits[:, t])
-        previous = batch.tgt[:, t:t + 1]
+        previous = batch.tgt[:, t : t + 1]
 
 
 def test_notes_style_step_trains_one_pair():
@@ -221,7 +232,8 @@ def test_lesson_code_errors():
         lesson_code.load("99_missing")
     assert lesson_code.shared_cells("# %% [markdown]\n# Shared with benchmarks/ and tests/\n# %%\nx = 1\n") == []
     assert lesson_code.shared_cells("# %%\n# Shared with benchmarks/ and tests/ (x)\ny = 2\n# %%\nz = 3\n") == [
-        "# Shared with benchmarks/ and tests/ (x)\ny = 2"]
+        "# Shared with benchmarks/ and tests/ (x)\ny = 2"
+    ]
 
 
 # --------------------------------------------------------------------------------------------

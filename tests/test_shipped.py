@@ -26,8 +26,9 @@ from utils.shipped import DataFileError, check_shipped, read_manifest, update_ma
 
 def test_manifest_lists_every_committed_data_file_with_its_digest():
     try:
-        listed = subprocess.run(["git", "ls-files", "data"], cwd=REPO_ROOT, capture_output=True, text=True,
-                                check=True).stdout.split()
+        listed = subprocess.run(
+            ["git", "ls-files", "data"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     committed = {Path(p).relative_to("data").as_posix() for p in listed} - {"README.md", "SHA256SUMS"}
@@ -41,8 +42,9 @@ def test_git_never_converts_the_line_endings_of_shipped_files():
     """A checkout that converted line endings (Windows, core.autocrlf) would change every digest."""
     files = ["data/SHA256SUMS", *(f"data/{name}" for name in read_manifest())]
     try:
-        attrs = subprocess.run(["git", "check-attr", "text", "--", *files], cwd=REPO_ROOT, capture_output=True,
-                               text=True, check=True).stdout.splitlines()
+        attrs = subprocess.run(
+            ["git", "check-attr", "text", "--", *files], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     assert len(attrs) == len(files)
@@ -163,8 +165,9 @@ def test_a_corrupt_md5_list_names_itself(mnist_copy):
     (src / MD5_LIST).write_bytes(b"\x00\xff garbage")
     with pytest.raises(DataFileError, match=r"mnist/MD5SUMS\.raw is damaged.*git checkout"):
         prepare_mnist(src, root)
-    shipped.MANIFEST.write_text("".join(line for line in shipped.MANIFEST.read_text().splitlines(keepends=True)
-                                        if MD5_LIST not in line))  # the list is no longer covered
+    shipped.MANIFEST.write_text(
+        "".join(line for line in shipped.MANIFEST.read_text().splitlines(keepends=True) if MD5_LIST not in line)
+    )  # the list is no longer covered
     with pytest.raises(DataFileError, match=r"MD5SUMS\.raw is corrupt \(not plain ASCII\)"):
         prepare_mnist(src, root)
     (src / MD5_LIST).write_text("this is not an MD5 line\n")

@@ -14,7 +14,8 @@ LESSONS = sorted(p.name for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 
 def test_the_start_page_is_the_readme_syllabus():
     assert START_PAGE.read_text(encoding="utf-8") == start_page(README.read_text(encoding="utf-8")), (
-        f"{START_PAGE.name} is not made from README.md's syllabus: run `python -m tools.lab --write-start-page`")
+        f"{START_PAGE.name} is not made from README.md's syllabus: run `python -m tools.lab --write-start-page`"
+    )
 
 
 def test_the_start_page_links_every_lesson_once_in_order():
@@ -27,6 +28,8 @@ def test_jupytext_pairs_each_notebook_with_the_source_the_tools_read():
     config = jupytext.config.load_jupytext_configuration_file(str(JUPYTEXT_CONFIG))
     formats = jupytext.config.normalize_formats(config.formats)[0]
     for name in LESSONS:
-        paired = dict((fmt["extension"], path) for path, fmt in
-                      jupytext.paired_paths.paired_paths(f"notebooks/{name}", "ipynb", formats))
+        paired = dict(
+            (fmt["extension"], path)
+            for path, fmt in jupytext.paired_paths.paired_paths(f"notebooks/{name}", "ipynb", formats)
+        )
         assert REPO_ROOT / paired[".py"] == source_path(NOTEBOOKS_DIR / name)

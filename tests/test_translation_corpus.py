@@ -38,13 +38,14 @@ def test_regenerating_gives_the_same_bytes():
     drawn = list(itertools.islice(tc.draw(tc.SEED), 700))
     main = [p for p in drawn if not p.held_out]
     main_lines = _lines(tc.CORPUS_FILE)
-    assert tc.to_tsv(main) == "".join(main_lines[:len(main)])
+    assert tc.to_tsv(main) == "".join(main_lines[: len(main)])
     vocab_fr = {w for line in main_lines for w in _tokens(line.split("\t")[1])}
     vocab_en = {w for line in main_lines for w in _tokens(line.split("\t")[0])}
-    held = [p for p in drawn if p.held_out and set(_tokens(p.french)) <= vocab_fr
-            and set(_tokens(p.english)) <= vocab_en]
+    held = [
+        p for p in drawn if p.held_out and set(_tokens(p.french)) <= vocab_fr and set(_tokens(p.english)) <= vocab_en
+    ]
     assert len(held) > 20
-    assert tc.to_tsv(held) == "".join(_lines(tc.COMPOSITIONAL_FILE)[:len(held)])
+    assert tc.to_tsv(held) == "".join(_lines(tc.COMPOSITIONAL_FILE)[: len(held)])
 
 
 def test_compositional_pairs_hold_out_combinations():
@@ -60,8 +61,11 @@ def test_compositional_pairs_hold_out_combinations():
 
 def test_every_combination_of_the_compositional_file_is_held_out():
     """The shipped file was written by another process: is_held_out must give the same answer here."""
-    combos = {c for *_, held in (line.rstrip("\n").split("\t") for line in _lines(tc.COMPOSITIONAL_FILE))
-              for c in held.split("; ")}
+    combos = {
+        c
+        for *_, held in (line.rstrip("\n").split("\t") for line in _lines(tc.COMPOSITIONAL_FILE))
+        for c in held.split("; ")
+    }
     as_tuples = [(c.split("(")[0], *c[:-1].split("(")[1].split(", ")) for c in sorted(combos)]
     assert len(as_tuples) > 100
     assert [c for c in as_tuples if not tc.is_held_out(c)] == []
@@ -81,8 +85,9 @@ def test_held_out_nouns_are_in_their_sentences():
 
 def test_grammar_word_order_and_idioms():
     """Spot checks of what makes the corpus a translation problem."""
-    pairs = {normalize_string(p.french): normalize_string(p.english)
-             for p in itertools.islice(tc.iter_pairs(tc.SEED), 400)}
+    pairs = {
+        normalize_string(p.french): normalize_string(p.english) for p in itertools.islice(tc.iter_pairs(tc.SEED), 400)
+    }
     # French adjectives after the noun, English before
     assert any(" noir" in fr and "black " in en for fr, en in pairs.items())
     # idioms: avoir faim / il fait
@@ -105,10 +110,16 @@ def test_pyrealb_imports_without_resource_warnings():
     import sys
 
     code = "from tools import translation_corpus as tc; tc.import_pyrealb(); import pyrealb; print('clean')"
-    done = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", code],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout == "clean\n" and "ResourceWarning" not in done.stderr, done.stderr
-    bare = subprocess.run([sys.executable, "-X", "dev", "-c", "import pyrealb"], capture_output=True, text=True, timeout=120)
+    bare = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", "import pyrealb"], capture_output=True, text=True, timeout=120
+    )
     assert "ResourceWarning: unclosed file" in bare.stderr  # the noise is real: if pyrealb fixes it, drop the helper
 
 
@@ -149,8 +160,9 @@ def test_ungradable_adjectives_are_never_intensified():
     ungradable |= {"right", "wrong"}  # avoir très raison is French, *very right* not English
     for _, en in read_pairs(tc.CORPUS_FILE):
         words = en.split()
-        assert not [w for i, w in enumerate(words[1:]) if w in ungradable
-                    and words[i] in {"very", "too", "so", "really"}], en
+        assert not [
+            w for i, w in enumerate(words[1:]) if w in ungradable and words[i] in {"very", "too", "so", "really"}
+        ], en
 
 
 def test_french_spells_soeur_with_its_ligature():
@@ -164,8 +176,14 @@ def test_notebook_sentences_are_translatable():
     """Notebook 05 translates these: every word occurs in the training file."""
     main = read_pairs(tc.CORPUS_FILE)
     vocab_fr = {w for fr, _ in main for w in fr.split()}
-    for sentence in ["le chien de ma soeur est noir .", "elles regardent la voiture rouge .",
-                     "a t elle vu le chat noir ?", "j ai faim .", "il fait froid a londres .", "tu me manques ."]:
+    for sentence in [
+        "le chien de ma soeur est noir .",
+        "elles regardent la voiture rouge .",
+        "a t elle vu le chat noir ?",
+        "j ai faim .",
+        "il fait froid a londres .",
+        "tu me manques .",
+    ]:
         assert set(sentence.split()) <= vocab_fr, sentence
     assert tc.is_held_out(("verb+pronoun", "voir")) and "je la vois ." not in {fr for fr, _ in main}
 
@@ -196,29 +214,54 @@ def test_who_does_what_is_plausible():
     frames = _frames(tc.frame_transitive, 2000)
     animal_done = {f.roles["verb"].fr for f in frames if f.roles["subject"] and f.roles["subject"].kind == "animal"}
     assert animal_done and animal_done <= {"voir", "regarder", "aimer", "chercher", "trouver", "suivre", "détester"}
-    assert not [f for f in frames if f.roles["subject"] and f.roles["subject"].kind == "animal"
-                and f.roles["object"].kind == "thing" and "toy" not in f.roles["object"].tags]
+    assert not [
+        f
+        for f in frames
+        if f.roles["subject"]
+        and f.roles["subject"].kind == "animal"
+        and f.roles["object"].kind == "thing"
+        and "toy" not in f.roles["object"].tags
+    ]
     verbs = {v.fr: v for v in tc.VERBS}
     done = {(f.roles["verb"].fr, f.roles["object"].fr) for f in frames}
     assert {"lire", "laver", "porter"} <= {verb for verb, _ in done}
-    for verb, obj in [("porter", "maison"), ("laver", "livre"), ("embrasser", "lion"), ("cacher", "éléphant"),
-                      ("voir", "chanson"), ("prendre", "jardin"), ("acheter", "train"), ("peindre", "banane")]:
+    for verb, obj in [
+        ("porter", "maison"),
+        ("laver", "livre"),
+        ("embrasser", "lion"),
+        ("cacher", "éléphant"),
+        ("voir", "chanson"),
+        ("prendre", "jardin"),
+        ("acheter", "train"),
+        ("peindre", "banane"),
+    ]:
         assert (verb, obj) not in done and obj not in {n.fr for n in tc._objects_for(verbs[verb])}
-    places = [(f.roles["subject"], f.roles["preposition"], f.roles["location"])
-              for f in _frames(tc.frame_location, 1000) if f.roles.get("subject")]  # not "where is..."
+    places = [
+        (f.roles["subject"], f.roles["preposition"], f.roles["location"])
+        for f in _frames(tc.frame_location, 1000)
+        if f.roles.get("subject")
+    ]  # not "where is..."
     assert len(places) > 200
     for subject, prep, location in places:
         assert location in tc._locations_for(subject, dict((p, fits) for p, _, fits in tc.PREPOSITIONS)[prep])
         assert not (subject.kind == "person" and prep == "dans" and location.fr in {"boîte", "sac", "valise"})
         assert subject.fr not in {"porte", "fenêtre", "baleine"}  # no door under the bed, no whale in the garden
-        assert not ("wild" in subject.tags and subject.size > 1 and prep in ("dans", "sur")
-                    and location.fr in {"voiture", "maison", "lit"})
+        assert not (
+            "wild" in subject.tags
+            and subject.size > 1
+            and prep in ("dans", "sur")
+            and location.fr in {"voiture", "maison", "lit"}
+        )
 
 
 def test_held_out_shares_are_as_documented():
     counts = tc.held_out_counts()
-    assert counts == {"adjective+noun": (393, 2911), "verb+pronoun": (7, 17), "name+question": (3, 12),
-                      "place+verb": (17, 80)}
+    assert counts == {
+        "adjective+noun": (393, 2911),
+        "verb+pronoun": (7, 17),
+        "name+question": (3, 12),
+        "place+verb": (17, 80),
+    }
     doc = " ".join(tc.is_held_out.__doc__.split())
     for held, possible in counts.values():
         assert f"{held:,} of the {possible:,}" in doc

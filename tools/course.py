@@ -96,6 +96,9 @@ def install(venv: Path, lock: Path) -> None:
         run(*pip, "--no-deps", "-e", ROOT)
         if extra := differences(venv, lock)[1]:
             run(py, "-m", "pip", "uninstall", "-y", "-q", *extra)
+    # before the editable install, the Makefile put the repository on sys.path with this file (after site-packages)
+    for old_pth in venv.glob("lib/python3*/site-packages/torch_course.pth"):
+        old_pth.unlink()
 
 
 def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
@@ -118,8 +121,12 @@ def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
 def differences(venv: Path, lock: Path) -> tuple[list[str], list[str]]:
     """(locked packages missing or at another version, installed packages the lock does not name),
     computed by the venv's own Python (lock markers need its ``packaging``)."""
-    out = subprocess.run([str(venv_python(venv)), __file__, "--venv", venv, "_differences", lock],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(venv_python(venv)), __file__, "--venv", venv, "_differences", lock],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return tuple(json.loads(out))
 
 
@@ -148,15 +155,21 @@ def installed_versions() -> dict[str, str]:
 
 def compare(locked: dict[str, str], installed: dict[str, str]) -> tuple[list[str], list[str]]:
     """(how each locked package differs, installed packages not locked), the course's own excepted."""
-    wrong = [f"{name}: {installed.get(name, 'not installed')}, locked {version}"
-             for name, version in sorted(locked.items()) if installed.get(name) != version]
+    wrong = [
+        f"{name}: {installed.get(name, 'not installed')}, locked {version}"
+        for name, version in sorted(locked.items())
+        if installed.get(name) != version
+    ]
     extra = sorted(set(installed) - set(locked) - OWN_PACKAGES)
     return wrong, extra
 
 
 def drift_message(venv: Path, wrong: list[str], extra: list[str], lock: Path) -> str:
-    lines = [f"{venv.name} differs from {lock.name}:", *("  " + w for w in wrong),
-             *(f"  {name}: installed, not in {lock.name}" for name in extra)]
+    lines = [
+        f"{venv.name} differs from {lock.name}:",
+        *("  " + w for w in wrong),
+        *(f"  {name}: installed, not in {lock.name}" for name in extra),
+    ]
     fix = "make venv" if shutil.which("make") and os.name != "nt" else "python tools/course.py venv"
     return "\n".join([*lines, f"Fix: `{fix}` reinstalls exactly the locked versions."])
 
@@ -177,13 +190,30 @@ def lock_drift(venv: Path) -> int:
     return 0
 
 
+def lint(py: Path) -> int:
+    """1, with ruff's findings, when the code breaks the lint rules or is not formatted ([tool.ruff] in
+    pyproject.toml); else 0. It runs before the tests because it takes a second and the tests minutes."""
+    checks = [["check", "--quiet"], ["format", "--check", "--quiet"]]
+    if failed := [c[0] for c in checks if subprocess.run([str(py), "-m", "ruff", *c], cwd=ROOT).returncode]:
+        fix = "`ruff format` (the venv's: .venv/bin/ruff format) reformats; `ruff check --fix` fixes what it can"
+        print(f"ruff {' and '.join(failed)} found the problems above. {fix}.", file=sys.stderr)
+        return 1
+    return 0
+
+
 def lock(venv: Path) -> int:
     """Regenerate both locks from pyproject.toml, for every platform and Python >= 3.10, keeping the
     current pins wherever they still satisfy it (uv reads the existing output file as preferences)."""
     ensure_venv(venv)  # its pip bootstraps uv
     uv = (uv_command(venv) or sys.exit("make lock needs uv: `pip install uv`"))[0]
     # The public index only (not pip's mirrors): resolving for every platform needs every platform's metadata.
-    common = ["--universal", "--python-version=3.10", "--no-python-downloads", "--custom-compile-command=make lock", "-q"]
+    common = [
+        "--universal",
+        "--python-version=3.10",
+        "--no-python-downloads",
+        "--custom-compile-command=make lock",
+        "-q",
+    ]
     run(uv, "pip", "compile", *common, "pyproject.toml", "-o", LOCK, cwd=ROOT)
     run(uv, "pip", "compile", *common, "pyproject.toml", "--extra=browser", "-c", LOCK, "-o", BROWSER_LOCK, cwd=ROOT)
     return 0
@@ -194,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv", help="the course's venv (default .venv)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("venv", help="create .venv or bring it back to the lock").add_argument(
-        "--browser", action="store_true", help="with Playwright (requirements-browser.txt), for test-browser")
+        "--browser", action="store_true", help="with Playwright (requirements-browser.txt), for test-browser"
+    )
     sub.add_parser("lab", help="open JupyterLab on notebooks/")
     test = sub.add_parser("test", help="check the venv against the lock, run the tests and every notebook")
     test.add_argument("-j", "--jobs", type=int, default=JOBS, help=f"notebooks run side by side (default {JOBS})")
@@ -212,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "lab":  # JupyterLab on notebooks/ with the course's settings and start page (tools/lab.py)
         return subprocess.run([str(py), "-m", "tools.lab"], cwd=ROOT).returncode
     if args.cmd == "test":
-        if lock_drift(venv):
+        if lock_drift(venv) or lint(py):
             return 1
         xdist = ["-n", str(args.jobs), "--dist", "loadfile"] if args.jobs > 1 else []
         return subprocess.run([str(py), "-m", "pytest", *xdist, *args.pytest_args], cwd=ROOT).returncode

@@ -46,7 +46,9 @@ LAB_DEFAULTS = {
 
 SYLLABUS_ROW = re.compile(
     r"^\| (?P<number>\d\d) \| \[(?P<title>[^]]+)\]\(notebooks/(?P<file>\d\d_\w+\.ipynb)\) \| (?P<teaches>[^|]+) "
-    r"\| (?P<study>\d+ min) \| (?P<run>\d+ s)[¹²³⁴]? \|", re.M)
+    r"\| (?P<study>\d+ min) \| (?P<run>\d+ s)[¹²³⁴]? \|",
+    re.M,
+)
 """A lesson's row in the README's syllabus table (its footnote marks belong to the README)."""
 
 
@@ -80,8 +82,10 @@ def start_page(readme: str) -> str:
     rows = [m.groupdict() for m in SYLLABUS_ROW.finditer(readme)]
     if not rows:
         raise ValueError("README.md: no syllabus row like '| 01 | [title](notebooks/01_x.ipynb) | ... | N min | N s |'")
-    table = "\n".join(f"| {r['number']} | [{r['title']}]({r['file']}) | {r['teaches'].strip()} "
-                      f"| {r['study']} | {r['run']} |" for r in rows)
+    table = "\n".join(
+        f"| {r['number']} | [{r['title']}]({r['file']}) | {r['teaches'].strip()} | {r['study']} | {r['run']} |"
+        for r in rows
+    )
     return f"""# Start here
 
 {len(rows)} lessons, in order: each builds on the ones before it. Open one, read it from the top and run each
@@ -113,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     write_lab_settings()
     os.environ["JUPYTER_PLATFORM_DIRS"] = "1"  # jupyter_core's paths warn without it
-    from jupyterlab.labapp import LabApp  # here: only starting JupyterLab needs it (tools.notebooks imports this module)
+    from jupyterlab.labapp import (
+        LabApp,
+    )  # here: only starting JupyterLab needs it (tools.notebooks imports this module)
 
     LabApp.launch_instance(argv=[*lab_options(args.folder.resolve()), *jupyter_options])
     return 0

@@ -49,7 +49,9 @@ def load(notebook: str) -> types.ModuleType:
     """
     path = SOURCES_DIR / f"{notebook}.py"
     if not path.is_file():
-        raise FileNotFoundError(f"no notebook source at {path} (give the name without .py, e.g. '05_seq2seq_translation')")
+        raise FileNotFoundError(
+            f"no notebook source at {path} (give the name without .py, e.g. '05_seq2seq_translation')"
+        )
     cells = shared_cells(path.read_text(encoding="utf-8"))
     if not cells:
         raise LookupError(f"{path} has no code cell starting with {SHARED_MARK!r}")

@@ -92,6 +92,7 @@ PORTABLE_CONFIGS: dict[str, dict[str, str | None]] = {
 }
 """Numeric configurations of ``make test-portable``: each must reproduce every compared output."""
 
+
 def source_path(ipynb_path: Path) -> Path:
     """``<folder>/src/NN_topic.py``, the source of ``<folder>/NN_topic.ipynb``."""
     return ipynb_path.parent / SOURCES_DIR.name / f"{ipynb_path.stem}.py"
@@ -130,8 +131,10 @@ def set_run_time(text: str, seconds: int, where: str) -> str:
     """``text`` with the number of its one ``**Run time:** N s`` replaced by ``seconds``."""
     found = RUN_TIME.findall(text)
     if len(found) != 1:
-        raise ValueError(f"{where}: the first cell needs exactly one '**Run time:** N s' "
-                         f"(found {len(found)}); make execute writes the measured N there")
+        raise ValueError(
+            f"{where}: the first cell needs exactly one '**Run time:** N s' "
+            f"(found {len(found)}); make execute writes the measured N there"
+        )
     return RUN_TIME.sub(f"**Run time:** {seconds} s", text, count=1)
 
 
@@ -217,8 +220,9 @@ def apply_test_env() -> None:
 
 def _client(nb: nbformat.NotebookNode, folder: Path, timeout: int) -> NotebookClient:
     """A client that runs ``nb`` top to bottom in a fresh kernel started in ``folder``, stopping at an error."""
-    return NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                          resources={"metadata": {"path": str(folder)}}, allow_errors=False)
+    return NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}, allow_errors=False
+    )
 
 
 def source_digest(nb: nbformat.NotebookNode) -> str:
@@ -249,8 +253,8 @@ def _minimal_metadata(digest: str, seconds: float) -> dict:
 def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     """Build ``NN_topic.ipynb`` from ``NN_topic.py`` and run it top to bottom in a fresh kernel.
 
-    The kernel runs with :data:`NOTEBOOK_ENV`, in the notebook's folder (the parent of ``src/``). A cell that raises stops
-    the run and nothing is written: stored outputs never contain an error. The measured run time
+    The kernel runs with :data:`NOTEBOOK_ENV`, in the notebook's folder (the parent of ``src/``). A cell that raises
+    stops the run and nothing is written: stored outputs never contain an error. The measured run time
     (:func:`shown_seconds`) is written into the ``**Run time:** N s`` of the first cell, in the
     ``.py`` source and the notebook alike, and the seconds into the notebook's metadata; the
     README's syllabus row is updated by :func:`main`. Returns the path of the notebook and the
@@ -290,10 +294,10 @@ def check(ipynb_path: Path, readme: Path = README) -> list[str]:
 
     Checked: the ``.py`` source exists and has the same cells; the outputs were made from the
     current source (digest written by :func:`execute`); code cells ran once each, in order,
-    in one session; no error output; no DeprecationWarning/FutureWarning on stderr; every code cell
-    shows something (compared by nbval) or asserts something (an exercise stub is checked by the cell after it); every ``# NBVAL_IGNORE_OUTPUT``
-    cell asserts what it shows; at least 80% of code cells are compared; the first cell's run time
-    is the one measured by :func:`execute`, and its study and run times are those of the README
+    in one session; no error output; no DeprecationWarning/FutureWarning on stderr; every code cell shows something
+    (compared by nbval) or asserts something (an exercise stub is checked by the cell after it); every ``#
+    NBVAL_IGNORE_OUTPUT`` cell asserts what it shows; at least 80% of code cells are compared; the first cell's
+    run time is the one measured by :func:`execute`, and its study and run times are those of the README
     syllabus (``readme``).
     """
     ipynb_path = Path(ipynb_path)
@@ -322,13 +326,17 @@ def check(ipynb_path: Path, readme: Path = README) -> list[str]:
             # A warning that escaped to stderr; a warning the lesson teaches is caught and printed by the cell.
             text = out.get("text", "") if out.get("name") == "stderr" else ""
             if re.search(r"DeprecationWarning|FutureWarning", text):
-                problems.append(f"{ipynb_path.name} code cell {i}: a DeprecationWarning/FutureWarning escaped to stderr")
+                problems.append(
+                    f"{ipynb_path.name} code cell {i}: a DeprecationWarning/FutureWarning escaped to stderr"
+                )
         lines = [ln.strip() for ln in cell.source.splitlines()]
         asserts = any(re.match(r"(assert\b|torch\.testing\.assert_close\()", ln) for ln in lines)
         # An exercise's stub cell (``# ✏️ Exercise N``) is checked by the cell after it.
         stub = cell.source.startswith("# ✏️ Exercise ")
         if not cell.get("outputs") and not asserts and not stub:
-            problems.append(f"{ipynb_path.name} code cell {i}: shows nothing and asserts nothing (print or assert what it does)")
+            problems.append(
+                f"{ipynb_path.name} code cell {i}: shows nothing and asserts nothing (print or assert what it does)"
+            )
         if IGNORE_MARK in lines:
             ignored += 1
             if not asserts:
@@ -356,8 +364,10 @@ def _time_problems(nb: nbformat.NotebookNode, name: str, readme: Path = README) 
     except (OSError, ValueError) as err:
         return problems + [str(err)]
     if in_readme != (int(study[0]), int(run[0])):
-        problems.append(f"{name}: README.md says {in_readme[0]} min / {in_readme[1]} s, the notebook "
-                        f"{study[0]} min / {run[0]} s: run `make execute` (run time) or fix the README (study time)")
+        problems.append(
+            f"{name}: README.md says {in_readme[0]} min / {in_readme[1]} s, the notebook "
+            f"{study[0]} min / {run[0]} s: run `make execute` (run time) or fix the README (study time)"
+        )
     return problems
 
 
@@ -419,7 +429,9 @@ def run_as_learner(ipynb_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[lis
     code = [(a, b) for a, b in zip(stored.cells, nb.cells) if a.cell_type == "code"]
     for i, (old, new) in enumerate(code, 1):
         for line in sorted(_warning_lines(new) - _warning_lines(old)):
-            problems.append(f"{ipynb_path.name} code cell {i}: a learner sees a warning the lesson does not show: {line[:300]}")
+            problems.append(
+                f"{ipynb_path.name} code cell {i}: a learner sees a warning the lesson does not show: {line[:300]}"
+            )
     return problems, seconds
 
 
@@ -477,8 +489,10 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     name, seconds = fut.result()
                     README.write_text(set_readme_run_time(README.read_text(), name, shown_seconds(seconds)))
-                    print(f"{name}: executed in {seconds:.1f} s (README and first cell: {shown_seconds(seconds)} s)",
-                          flush=True)
+                    print(
+                        f"{name}: executed in {seconds:.1f} s (README and first cell: {shown_seconds(seconds)} s)",
+                        flush=True,
+                    )
                 except Exception as err:  # report every failure, then fail
                     failed += 1
                     print(f"{py.name}: FAILED, notebook not written\n{err}", file=sys.stderr, flush=True)

@@ -101,14 +101,18 @@ class Noun:
     def ages(self) -> list[int]:
         """The ages (from :data:`NUMBERS`) this person can plausibly have: no four-year-old father."""
         low, high = {"baby": (2, 2), "young": (2, 12), "student": (18, 30), "adult": (20, 90)}.get(
-            next((t for t in ("baby", "young", "student", "adult") if t in self.tags), ""), (2, 90))
+            next((t for t in ("baby", "young", "student", "adult") if t in self.tags), ""), (2, 90)
+        )
         return [n for n in NUMBERS if low <= n <= high]
 
     @property
     def possessable(self) -> bool:
         """*my sister*, *my dog*, *my car* -- but not *my policeman*, *my lion*, *my train*."""
-        return {"person": "rel" in self.tags, "animal": bool({"pet", "farm"} & self.tags),
-                "thing": "public" not in self.tags}[self.kind]
+        return {
+            "person": "rel" in self.tags,
+            "animal": bool({"pet", "farm"} & self.tags),
+            "thing": "public" not in self.tags,
+        }[self.kind]
 
 
 def _nouns(kind: str, rows: str) -> list[Noun]:
@@ -125,7 +129,9 @@ def _nouns(kind: str, rows: str) -> list[Noun]:
     return out
 
 
-PEOPLE = _nouns("person", """
+PEOPLE = _nouns(
+    "person",
+    """
 frère brother m rel
 sœur sister f rel
 père father m rel one adult
@@ -156,9 +162,12 @@ pilote pilot m adult
 fermier farmer m adult
 soldat soldier m adult
 voleur thief m adult
-""")
+""",
+)
 
-ANIMALS = _nouns("animal", """
+ANIMALS = _nouns(
+    "animal",
+    """
 chat cat m pet small
 chien dog m pet
 cheval horse m farm big
@@ -179,9 +188,12 @@ renard fox m wild
 grenouille frog f wild small
 tortue turtle f pet small slow
 baleine whale f wild big sea
-""")
+""",
+)
 
-THINGS = _nouns("thing", """
+THINGS = _nouns(
+    "thing",
+    """
 pomme apple f food
 gâteau cake m food cooked temp
 banane banana f food
@@ -240,7 +252,8 @@ maison house f loc big cont fixed temp
 jardin garden m loc big fixed room
 chambre room f loc big cont fixed room temp
 lit bed m loc medium
-""")
+""",
+)
 
 NOUNS = PEOPLE + ANIMALS + THINGS
 PERSONS_AND_ANIMALS = PEOPLE + ANIMALS
@@ -366,10 +379,22 @@ bruyant noisy pa
 affamé hungry a
 """)
 
-_CLASHES = [{"rouge", "noir", "blanc", "vert", "bleu", "jaune", "gris", "brun"}, {"grand", "petit", "énorme", "gros"},
-            {"vieux", "jeune", "nouveau", "moderne"}, {"lourd", "léger"}, {"propre", "sale"}, {"vide", "plein"},
-            {"ouvert", "fermé"}, {"rapide", "lent"}, {"chaud", "froid"}, {"heureux", "triste", "content"},
-            {"riche", "pauvre"}, {"calme", "nerveux", "bruyant", "inquiet"}, {"bon", "mauvais"}, {"gentil", "méchant"}]
+_CLASHES = [
+    {"rouge", "noir", "blanc", "vert", "bleu", "jaune", "gris", "brun"},
+    {"grand", "petit", "énorme", "gros"},
+    {"vieux", "jeune", "nouveau", "moderne"},
+    {"lourd", "léger"},
+    {"propre", "sale"},
+    {"vide", "plein"},
+    {"ouvert", "fermé"},
+    {"rapide", "lent"},
+    {"chaud", "froid"},
+    {"heureux", "triste", "content"},
+    {"riche", "pauvre"},
+    {"calme", "nerveux", "bruyant", "inquiet"},
+    {"bon", "mauvais"},
+    {"gentil", "méchant"},
+]
 """Adjectives that cannot both describe one noun (*the black cat is white*, *the sad man is happy*)."""
 
 
@@ -384,8 +409,11 @@ def _adjs_for(kind: str) -> list[Adj]:
 def _adjs_fitting(noun: Noun | None, attributive: bool = False, besides: Adj | None = None) -> list[Adj]:
     """Adjectives that make sense for a noun (for a pronoun or a name: a person's), before it in English
     if ``attributive``, and that do not clash with an adjective it already has (``besides``)."""
-    return [a for a in ADJECTIVES if (a.fits(noun) if noun else "p" in a.kinds)
-            and (a.attributive or not attributive) and not _clash(a, besides)]
+    return [
+        a
+        for a in ADJECTIVES
+        if (a.fits(noun) if noun else "p" in a.kinds) and (a.attributive or not attributive) and not _clash(a, besides)
+    ]
 
 
 @dataclass(frozen=True)
@@ -465,36 +493,113 @@ _PERSON_VERBS = [v for v in VERBS if v.objects not in _TAGS and "p" in v.objects
 """Verbs that take a person as object, hence an object pronoun (je *la* vois)."""
 
 # Names are spelled the same in both languages; they are added to pyrealb's lexicons below.
-NAMES = {"Marie": "f", "Paul": "m", "Pierre": "m", "Sophie": "f", "Louis": "m", "Julie": "f",
-         "Thomas": "m", "Claire": "f", "Hugo": "m", "Emma": "f", "Lucas": "m", "Alice": "f"}
+NAMES = {
+    "Marie": "f",
+    "Paul": "m",
+    "Pierre": "m",
+    "Sophie": "f",
+    "Louis": "m",
+    "Julie": "f",
+    "Thomas": "m",
+    "Claire": "f",
+    "Hugo": "m",
+    "Emma": "f",
+    "Lucas": "m",
+    "Alice": "f",
+}
 
-CITIES = [("Paris", "Paris"), ("Londres", "London"), ("Rome", "Rome"), ("Berlin", "Berlin"),
-          ("Madrid", "Madrid"), ("Moscou", "Moscow"), ("Lisbonne", "Lisbon"), ("Vienne", "Vienna"),
-          ("Venise", "Venice"), ("Athènes", "Athens"), ("Pékin", "Beijing"), ("Tokyo", "Tokyo"),
-          ("Genève", "Geneva"), ("Bruxelles", "Brussels"), ("Montréal", "Montreal"),
-          ("Varsovie", "Warsaw")]
+CITIES = [
+    ("Paris", "Paris"),
+    ("Londres", "London"),
+    ("Rome", "Rome"),
+    ("Berlin", "Berlin"),
+    ("Madrid", "Madrid"),
+    ("Moscou", "Moscow"),
+    ("Lisbonne", "Lisbon"),
+    ("Vienne", "Vienna"),
+    ("Venise", "Venice"),
+    ("Athènes", "Athens"),
+    ("Pékin", "Beijing"),
+    ("Tokyo", "Tokyo"),
+    ("Genève", "Geneva"),
+    ("Bruxelles", "Brussels"),
+    ("Montréal", "Montreal"),
+    ("Varsovie", "Warsaw"),
+]
 
 # Places one goes to (aller à) or is at (être à). English drops the article for some
 # ("à l'école" -> "to school"), which is one more thing that is not word for word.
-PLACES = [("école", "f", "school", False), ("marché", "m", "market", True), ("plage", "f", "beach", True),
-          ("gare", "f", "station", True), ("parc", "m", "park", True), ("banque", "f", "bank", True),
-          ("cinéma", "m", "cinema", True), ("hôpital", "m", "hospital", True), ("musée", "m", "museum", True),
-          ("église", "f", "church", False), ("bibliothèque", "f", "library", True),
-          ("bureau", "m", "office", True), ("travail", "m", "work", False), ("zoo", "m", "zoo", True),
-          ("restaurant", "m", "restaurant", True), ("magasin", "m", "shop", True)]
+PLACES = [
+    ("école", "f", "school", False),
+    ("marché", "m", "market", True),
+    ("plage", "f", "beach", True),
+    ("gare", "f", "station", True),
+    ("parc", "m", "park", True),
+    ("banque", "f", "bank", True),
+    ("cinéma", "m", "cinema", True),
+    ("hôpital", "m", "hospital", True),
+    ("musée", "m", "museum", True),
+    ("église", "f", "church", False),
+    ("bibliothèque", "f", "library", True),
+    ("bureau", "m", "office", True),
+    ("travail", "m", "work", False),
+    ("zoo", "m", "zoo", True),
+    ("restaurant", "m", "restaurant", True),
+    ("magasin", "m", "shop", True),
+]
 
 # preposition, English, and which subjects each location makes sense with (None: any location at least
 # as big as the subject). Subjects: p a person, t1/t2 a small/medium thing, a1/a2/a3 a small/medium/big
 # animal, w a wild animal bigger than a snake -- the cat is on the table, the man is not; no lion in the car.
-PREPOSITIONS = [("sur", "on", {"table": "t1 a1", "chaise": "t1 a1", "lit": "t1 a1 a2 p", "boîte": "t1",
-                               "valise": "t1 a1", "voiture": "t1 a1", "camion": "t1", "bateau": "t1 a1 a2 p"}),
-                ("sous", "under", {"table": "t1 t2 a1 a2", "chaise": "t1 a1", "lit": "t1 a1",
-                                   "arbre": "t1 t2 a1 a2 a3 w p", "voiture": "t1 a1", "camion": "t1 a1"}),
-                ("dans", "in", {"boîte": "t1 a1", "sac": "t1", "valise": "t1", "voiture": "t1 a1 a2 p",
-                                "bus": "t1 a1 a2 p", "train": "t1 a1 a2 p", "bateau": "t1 a1 a2 p",
-                                "avion": "t1 a1 a2 p", "camion": "t1 t2 a1 a2 a3 p", "maison": "t1 t2 a1 a2 p",
-                                "jardin": "t1 t2 a1 a2 a3 p", "chambre": "t1 t2 a1 a2 p", "lit": "t1 a1 p"}),
-                ("devant", "in front of", None), ("derrière", "behind", None)]
+PREPOSITIONS = [
+    (
+        "sur",
+        "on",
+        {
+            "table": "t1 a1",
+            "chaise": "t1 a1",
+            "lit": "t1 a1 a2 p",
+            "boîte": "t1",
+            "valise": "t1 a1",
+            "voiture": "t1 a1",
+            "camion": "t1",
+            "bateau": "t1 a1 a2 p",
+        },
+    ),
+    (
+        "sous",
+        "under",
+        {
+            "table": "t1 t2 a1 a2",
+            "chaise": "t1 a1",
+            "lit": "t1 a1",
+            "arbre": "t1 t2 a1 a2 a3 w p",
+            "voiture": "t1 a1",
+            "camion": "t1 a1",
+        },
+    ),
+    (
+        "dans",
+        "in",
+        {
+            "boîte": "t1 a1",
+            "sac": "t1",
+            "valise": "t1",
+            "voiture": "t1 a1 a2 p",
+            "bus": "t1 a1 a2 p",
+            "train": "t1 a1 a2 p",
+            "bateau": "t1 a1 a2 p",
+            "avion": "t1 a1 a2 p",
+            "camion": "t1 t2 a1 a2 a3 p",
+            "maison": "t1 t2 a1 a2 p",
+            "jardin": "t1 t2 a1 a2 a3 p",
+            "chambre": "t1 t2 a1 a2 p",
+            "lit": "t1 a1 p",
+        },
+    ),
+    ("devant", "in front of", None),
+    ("derrière", "behind", None),
+]
 
 
 def _place_class(noun: Noun | None) -> str:
@@ -510,18 +615,40 @@ def _locations_for(subject: Noun | None, fits: dict[str, str] | None) -> list[No
     """The locations where a subject can be, for one preposition."""
     if fits is None:
         size = subject.size if subject else 2
-        return [n for n in LOCATIONS if n.size >= size and "room" not in n.tags  # not behind the room
-                and not (subject and subject.kind == "thing" and "vehicle" in n.tags)]  # nor a bed behind a bus
+        return [
+            n
+            for n in LOCATIONS
+            if n.size >= size
+            and "room" not in n.tags  # not behind the room
+            and not (subject and subject.kind == "thing" and "vehicle" in n.tags)
+        ]  # nor a bed behind a bus
     return [n for n in LOCATIONS if _place_class(subject).split()[0] in fits.get(n.fr, "").split()]
 
+
 # avoir + noun in French, be + adjective in English
-FEELINGS = [("faim", "hungry"), ("soif", "thirsty"), ("peur", "afraid"), ("froid", "cold"),
-            ("chaud", "hot"), ("sommeil", "sleepy"), ("raison", "right"), ("tort", "wrong"),
-            ("honte", "ashamed")]
+FEELINGS = [
+    ("faim", "hungry"),
+    ("soif", "thirsty"),
+    ("peur", "afraid"),
+    ("froid", "cold"),
+    ("chaud", "hot"),
+    ("sommeil", "sleepy"),
+    ("raison", "right"),
+    ("tort", "wrong"),
+    ("honte", "ashamed"),
+]
 
 # il fait + adjective/noun in French, it is + adjective in English
-WEATHER = [("froid", "A", "cold"), ("chaud", "A", "hot"), ("beau", "A", "nice"), ("mauvais", "A", "bad"),
-           ("doux", "A", "mild"), ("frais", "A", "cool"), ("nuit", "N", "dark"), ("jour", "N", "light")]
+WEATHER = [
+    ("froid", "A", "cold"),
+    ("chaud", "A", "hot"),
+    ("beau", "A", "nice"),
+    ("mauvais", "A", "bad"),
+    ("doux", "A", "mild"),
+    ("frais", "A", "cool"),
+    ("nuit", "N", "dark"),
+    ("jour", "N", "light"),
+]
 
 NUMBERS = list(range(2, 31)) + [40, 50, 60, 70, 80, 90]
 
@@ -596,11 +723,26 @@ class NPSpec:
         return out
 
 
-_DET_FR = {"the": ("le", None), "a": ("un", None), "this": ("ce", None), "my": ("mon", 1),
-           "your": ("mon", 2), "our": ("notre", 1), "yourp": ("notre", 2), "their": ("notre", 3)}
-_DET_EN = {"the": ("the", None, None), "a": ("a", None, None), "this": ("this", None, None),
-           "my": ("my", 1, None), "your": ("my", 2, None), "our": ("my", 1, "p"),
-           "yourp": ("my", 2, "p"), "their": ("my", 3, "p")}
+_DET_FR = {
+    "the": ("le", None),
+    "a": ("un", None),
+    "this": ("ce", None),
+    "my": ("mon", 1),
+    "your": ("mon", 2),
+    "our": ("notre", 1),
+    "yourp": ("notre", 2),
+    "their": ("notre", 3),
+}
+_DET_EN = {
+    "the": ("the", None, None),
+    "a": ("a", None, None),
+    "this": ("this", None, None),
+    "my": ("my", 1, None),
+    "your": ("my", 2, None),
+    "our": ("my", 1, "p"),
+    "yourp": ("my", 2, "p"),
+    "their": ("my", 3, "p"),
+}
 
 
 def np_fr(spec: NPSpec):
@@ -748,22 +890,35 @@ def _number(rng: random.Random, noun: Noun, det: str, plural_p: float) -> str:
     return "p" if plural and not ("one" in noun.tags and det in ("my", "your", "possessor")) else "s"
 
 
-def _np(rng: random.Random, nouns: list[Noun], adj_p: float = 0.5, poss_p: float = 0.0,
-        allow_a: bool = True, plural_p: float = 0.3) -> NPSpec:
+def _np(
+    rng: random.Random,
+    nouns: list[Noun],
+    adj_p: float = 0.5,
+    poss_p: float = 0.0,
+    allow_a: bool = True,
+    plural_p: float = 0.3,
+) -> NPSpec:
     noun = rng.choice(nouns)
     adj = rng.choice(_adjs_fitting(noun, attributive=True)) if rng.random() < adj_p else None
     if poss_p and noun.possessable and rng.random() < poss_p:
         owner_det = rng.choice(["my", "your", "our", "their", "the"])
-        owner = rng.choice([p for p in PEOPLE if p != noun and "baby" not in p.tags
-                            and (p.possessable or owner_det == "the")])
+        owner = rng.choice(
+            [p for p in PEOPLE if p != noun and "baby" not in p.tags and (p.possessable or owner_det == "the")]
+        )
         owner_spec = NPSpec(owner, owner_det, _number(rng, owner, owner_det, 0.2))
         return NPSpec(noun, "the", _number(rng, noun, "possessor", plural_p), adj, owner_spec)
     det = _pick_det(rng, allow_a, noun)
     return NPSpec(noun, det, _number(rng, noun, det, plural_p), adj)
 
 
-def _subject(rng: random.Random, np_p: float = 0.45, name_p: float = 0.1,
-             nouns: list[Noun] = PERSONS_AND_ANIMALS, adj_p: float = 0.3, poss_p: float = 0.2) -> Subject:
+def _subject(
+    rng: random.Random,
+    np_p: float = 0.45,
+    name_p: float = 0.1,
+    nouns: list[Noun] = PERSONS_AND_ANIMALS,
+    adj_p: float = 0.3,
+    poss_p: float = 0.2,
+) -> Subject:
     r = rng.random()
     if r < name_p:
         name = rng.choice(sorted(NAMES))
@@ -784,8 +939,9 @@ def _adj_combos(spec: NPSpec | None) -> set[tuple[str, ...]]:
     return out
 
 
-def _tense_neg_q(rng: random.Random, q_p: float = 0.25, neg_p: float = 0.3, state: bool = False
-                 ) -> tuple[str, bool, str | None]:
+def _tense_neg_q(
+    rng: random.Random, q_p: float = 0.25, neg_p: float = 0.3, state: bool = False
+) -> tuple[str, bool, str | None]:
     """Tense, negation and question type. A *state* (être, avoir faim, il fait...) in the past takes the
     French imparfait (*il était fatigué*), an event the passé composé (*il a vu*); English has the simple
     past for both."""
@@ -862,8 +1018,11 @@ def frame_age(rng: random.Random) -> Frame:
         return pr.S(subj.fr(), pr.VP(pr.V("avoir"), pr.NP(pr.NO(number).nat(True), pr.N("an")))).t(tense).typ(typ)
 
     def en():
-        return pr.S(subj.en(), pr.VP(pr.V("be"), pr.NP(pr.NO(number).nat(True), pr.N("year")), pr.A("old"))
-                    ).t(TENSES[tense]).typ(typ)
+        return (
+            pr.S(subj.en(), pr.VP(pr.V("be"), pr.NP(pr.NO(number).nat(True), pr.N("year")), pr.A("old")))
+            .t(TENSES[tense])
+            .typ(typ)
+        )
 
     combos = set()
     if subj.name and q:
@@ -949,8 +1108,9 @@ def frame_transitive(rng: random.Random) -> Frame:
     combos = _adj_combos(subj.np) | (set() if wh == "wod" else _adj_combos(obj))
     if subj.name and (q or wh):
         combos.add(("name+question", subj.name))
-    return Frame("transitive", fr, en, combos,
-                 {"subject": subj.np.noun if subj.np else None, "verb": verb, "object": obj.noun})
+    return Frame(
+        "transitive", fr, en, combos, {"subject": subj.np.noun if subj.np else None, "verb": verb, "object": obj.noun}
+    )
 
 
 def frame_pronoun_object(rng: random.Random) -> Frame:
@@ -961,8 +1121,12 @@ def frame_pronoun_object(rng: random.Random) -> Frame:
     tense, neg, q = _tense_neg_q(rng, state=verb.state)
     # the object is a person: me, you, him, her, us, them; never the subject's own person
     # (not "nous m'aimons": that would need a reflexive)
-    choices = [(pe, n) for pe, n in PERSONS if not (subj.is_pronoun and pe == subj.pe and pe != 3)
-               and not (subj.is_pronoun and (pe, n) == (subj.pe, subj.n))]
+    choices = [
+        (pe, n)
+        for pe, n in PERSONS
+        if not (subj.is_pronoun and pe == subj.pe and pe != 3)
+        and not (subj.is_pronoun and (pe, n) == (subj.pe, subj.n))
+    ]
     pe, n = rng.choice(choices)
     g = rng.choice("mf")
     if pe != 3 and tense == "pc":
@@ -991,8 +1155,12 @@ def frame_pronoun_object(rng: random.Random) -> Frame:
 def frame_location(rng: random.Random) -> Frame:
     """SUBJ être PREP NP -- 'le chat est sous la table' / 'the cat is under the table'; 'où est...'."""
     pr = _pyrealb()
-    subj = _subject(rng, nouns=[n for n in PERSONS_AND_ANIMALS + SMALL_THINGS if not {"sea", "part"} & n.tags],
-                    adj_p=0.3, poss_p=0.15)
+    subj = _subject(
+        rng,
+        nouns=[n for n in PERSONS_AND_ANIMALS + SMALL_THINGS if not {"sea", "part"} & n.tags],
+        adj_p=0.3,
+        poss_p=0.15,
+    )
     noun = subj.np.noun if subj.np else None
     fr_p, en_p, fits = rng.choice([p for p in PREPOSITIONS if _locations_for(noun, p[2])])
     where = _np(rng, _locations_for(noun, fits), adj_p=0.3, allow_a=True)
@@ -1024,8 +1192,13 @@ def frame_location(rng: random.Random) -> Frame:
     combos = _adj_combos(subj.np) | _adj_combos(where)
     if subj.name and q:
         combos.add(("name+question", subj.name))
-    return Frame("location", fr, en, combos,
-                 {"subject": subj.np.noun if subj.np else None, "preposition": fr_p, "location": where.noun})
+    return Frame(
+        "location",
+        fr,
+        en,
+        combos,
+        {"subject": subj.np.noun if subj.np else None, "preposition": fr_p, "location": where.noun},
+    )
 
 
 def frame_motion(rng: random.Random) -> Frame:
@@ -1051,7 +1224,9 @@ def frame_motion(rng: random.Random) -> Frame:
         place_key = fr_city
     else:
         young = subj.np is not None and "young" in subj.np.noun.tags  # no child goes to the bank or to work
-        fr_pl, g, en_pl, article = rng.choice([p for p in PLACES if not (young and p[0] in ("banque", "bureau", "travail"))])
+        fr_pl, g, en_pl, article = rng.choice(
+            [p for p in PLACES if not (young and p[0] in ("banque", "bureau", "travail"))]
+        )
 
         def fr_place():
             return pr.NP(pr.D("le"), pr.N(fr_pl))
@@ -1109,12 +1284,18 @@ def frame_miss(rng: random.Random) -> Frame:
     typ = _typ(False, q)
 
     def fr():  # the one who is missed is the French subject
-        return pr.S(pr.Pro("je").pe(pe2).n(n2).g(g2), pr.VP(pr.V("manquer"), pr.Pro("moi").pe(pe1).n(n1).c("dat"))
-                    ).t(tense).typ(typ)
+        return (
+            pr.S(pr.Pro("je").pe(pe2).n(n2).g(g2), pr.VP(pr.V("manquer"), pr.Pro("moi").pe(pe1).n(n1).c("dat")))
+            .t(tense)
+            .typ(typ)
+        )
 
     def en():
-        return pr.S(pr.Pro("I").pe(pe1).n(n1).g(g1), pr.VP(pr.V("miss"), pr.Pro("me").pe(pe2).n(n2).g(g2).c("acc"))
-                    ).t(TENSES[tense]).typ(typ)
+        return (
+            pr.S(pr.Pro("I").pe(pe1).n(n1).g(g1), pr.VP(pr.V("miss"), pr.Pro("me").pe(pe2).n(n2).g(g2).c("acc")))
+            .t(TENSES[tense])
+            .typ(typ)
+        )
 
     return Frame("miss", fr, en, set())
 
@@ -1194,8 +1375,9 @@ def held_out_counts() -> dict[str, tuple[int, int]]:
     adj_noun = [("adjective+noun", a.fr, n.fr) for n in NOUNS for a in _adjs_fitting(n)]
     verbs = [("verb+pronoun", v.fr) for v in _PERSON_VERBS]
     names = [("name+question", name) for name in NAMES]
-    places = ([("place+verb", fr, v) for fr, _ in CITIES for v in ("aller", "être", "venir")]
-              + [("place+verb", fr, v) for fr, *_ in PLACES for v in ("aller", "être")])
+    places = [("place+verb", fr, v) for fr, _ in CITIES for v in ("aller", "être", "venir")] + [
+        ("place+verb", fr, v) for fr, *_ in PLACES for v in ("aller", "être")
+    ]
     return {combos[0][0]: (sum(map(is_held_out, combos)), len(combos)) for combos in (adj_noun, verbs, names, places)}
 
 
@@ -1251,8 +1433,9 @@ def draw(seed: int = SEED, max_tokens: int = MAX_TOKENS) -> Iterator[GeneratedPa
         yield pair
 
 
-def generate(seed: int = SEED, n_pairs: int = N_PAIRS, n_compositional: int = N_COMPOSITIONAL,
-             max_tokens: int = MAX_TOKENS) -> tuple[list[GeneratedPair], list[GeneratedPair]]:
+def generate(
+    seed: int = SEED, n_pairs: int = N_PAIRS, n_compositional: int = N_COMPOSITIONAL, max_tokens: int = MAX_TOKENS
+) -> tuple[list[GeneratedPair], list[GeneratedPair]]:
     """Return ``(main, compositional)`` lists of distinct pairs.
 
     ``main`` holds the first ``n_pairs`` pairs of :func:`draw` without any held-out combination;
@@ -1284,13 +1467,18 @@ def to_tsv(pairs: list[GeneratedPair]) -> str:
     Held-out pairs get a third column naming their held-out combinations, the way Tatoeba's
     own downloads carry a third column (the attribution) that readers ignore.
     """
-    return "".join(f"{p.english}\t{p.french}" + (f"\t{'; '.join(p.held_out)}" if p.held_out else "") + "\n"
-                   for p in pairs)
+    return "".join(
+        f"{p.english}\t{p.french}" + (f"\t{'; '.join(p.held_out)}" if p.held_out else "") + "\n" for p in pairs
+    )
 
 
-def write_corpus(corpus_file: Path = CORPUS_FILE, compositional_file: Path = COMPOSITIONAL_FILE,
-                 seed: int = SEED, n_pairs: int = N_PAIRS, n_compositional: int = N_COMPOSITIONAL
-                 ) -> tuple[int, int]:
+def write_corpus(
+    corpus_file: Path = CORPUS_FILE,
+    compositional_file: Path = COMPOSITIONAL_FILE,
+    seed: int = SEED,
+    n_pairs: int = N_PAIRS,
+    n_compositional: int = N_COMPOSITIONAL,
+) -> tuple[int, int]:
     """Generate and write both files; return the number of pairs in each.
 
     Files written into ``data/`` get their new SHA-256 in ``data/SHA256SUMS`` (see :mod:`utils.shipped`).

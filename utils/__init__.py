@@ -20,8 +20,8 @@ import importlib
 
 from utils.device import DEVICE_ENV_VAR, get_device
 from utils.paths import DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, relpath
-from utils.seed import seed_everything
 from utils.printing import fmt, show, show_warning
+from utils.seed import seed_everything
 
 _LAZY = {"plot_curves": "utils.plotting", "plot_image_grid": "utils.plotting", "plot_matrix": "utils.plotting"}
 """Names re-exported on first use, with their module."""
@@ -33,6 +33,7 @@ def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'utils' has no attribute {name!r}")
+
 
 __all__ = [
     "DATA_DIR",

@@ -70,10 +70,10 @@ zip readers report it apart from the archived files, ``zipfile.ZipFile(path).com
 ``torch.load`` ignores it), and :func:`load_checkpoint` compares it before ``torch.load`` runs. Any changed byte
 raises :class:`CheckpointError` naming the file, including a byte of the zip's central directory,
 which the per-record CRC-32s do not cover and where one flipped bit can make ``torch.load`` return
-a tensor of garbage (bytes from elsewhere, or uninitialised memory) without an error. Why a digest *inside* the file: the atomic rename then publishes
-data and digest in one step. A sidecar file would need a second rename, and a crash between the
-two would leave a checkpoint and a digest that disagree; checking the zip structure record by
-record (directory against local headers, each record's size against the storage the pickle
+a tensor of garbage (bytes from elsewhere, or uninitialised memory) without an error.
+Why a digest *inside* the file: the atomic rename then publishes data and digest in one step. A sidecar file would
+need a second rename, and a crash between the two would leave a checkpoint and a digest that disagree; checking the
+zip structure record by record (directory against local headers, each record's size against the storage the pickle
 expects) is long code that still trusts whatever it forgets. The digest detects damage, not
 tampering (anybody can recompute it), which is why the load still uses ``weights_only=True``. A
 file without one (written by plain ``torch.save``, or by an older version of this module) gets the
@@ -429,7 +429,9 @@ def _append_digest(f: BinaryIO) -> None:
     f.seek(end - _EOCD_SIZE)
     record = f.read(_EOCD_SIZE)
     if not (record.startswith(_EOCD_SIGNATURE) and record.endswith(b"\0\0")):
-        raise RuntimeError("torch.save wrote a zip file that does not end with an empty comment; cannot add the checksum")
+        raise RuntimeError(
+            "torch.save wrote a zip file that does not end with an empty comment; cannot add the checksum"
+        )
     f.seek(end - 2)
     f.write(struct.pack("<H", _DIGEST_SIZE))
     f.flush()
@@ -695,12 +697,16 @@ def _check_digest(f: BinaryIO, path: Path) -> bool:
         return False
     f.seek(size - _EOCD_SIZE - _DIGEST_SIZE)
     record, stored = f.read(_EOCD_SIZE), f.read()
-    if not (stored.startswith(_DIGEST_PREFIX) or record == record[:20] + struct.pack("<H", _DIGEST_SIZE)
-            and record.startswith(_EOCD_SIGNATURE)):
+    if not (
+        stored.startswith(_DIGEST_PREFIX)
+        or record == record[:20] + struct.pack("<H", _DIGEST_SIZE)
+        and record.startswith(_EOCD_SIGNATURE)
+    ):
         return False
     if _DIGEST_PREFIX + _sha256(f, size - _DIGEST_SIZE) != stored:
         raise CheckpointError(
-            f"checkpoint {path} is corrupt: the checksum (SHA-256) of its bytes does not match the one stored at its end"
+            f"checkpoint {path} is corrupt: "
+            "the checksum (SHA-256) of its bytes does not match the one stored at its end"
         )
     return True
 
@@ -904,8 +910,13 @@ def _check_optimizer_fits(saved: Any, optimizer: torch.optim.Optimizer, path: Pa
 
 
 def _check_components_fit(
-    payload: Mapping[str, Any], path: Path, module: nn.Module, strict: bool,
-    optimizer: Any, scheduler: Any, scaler: Any,
+    payload: Mapping[str, Any],
+    path: Path,
+    module: nn.Module,
+    strict: bool,
+    optimizer: Any,
+    scheduler: Any,
+    scaler: Any,
 ) -> None:
     """Everything that can be checked without changing the objects; nothing is loaded before it passed."""
     recorded = payload.get("classes") or {}

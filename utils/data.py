@@ -100,8 +100,11 @@ def _decompress_checked(gz_path: Path, target: Path, expected_md5: str) -> None:
             ) from err
         if h.hexdigest() != expected_md5:
             md5_path = relpath(gz_path.parent / MD5_LIST)
-            culprit = (f"{md5_path} is corrupt (the .gz matches data/SHA256SUMS)" if shipped else
-                       f"{relpath(gz_path)} or {md5_path} is corrupt")
+            culprit = (
+                f"{md5_path} is corrupt (the .gz matches data/SHA256SUMS)"
+                if shipped
+                else f"{relpath(gz_path)} or {md5_path} is corrupt"
+            )
             raise DataFileError(
                 f"{relpath(gz_path)} decompresses to data with MD5 {h.hexdigest()}, expected {expected_md5} "
                 f"(from {MD5_LIST}): {culprit}; {RESTORE_HINT}"
@@ -172,8 +175,9 @@ def load_mnist(
     if not isinstance(train, bool):
         raise TypeError(f"train must be a bool, got {type(train).__name__}")
     raw_dir = prepare_mnist(source_dir, root)
-    return MNIST(str(raw_dir.parent.parent), train=train, transform=transform,
-                 target_transform=target_transform, download=False)
+    return MNIST(
+        str(raw_dir.parent.parent), train=train, transform=transform, target_transform=target_transform, download=False
+    )
 
 
 def mnist_tensors(
@@ -233,8 +237,9 @@ def tensor_loader(
     sampler = RandomSampler(ds, generator=generator) if shuffle else SequentialSampler(ds)
     # the generator is also given to the DataLoader, which draws a base seed from it for each
     # epoch (as a plain shuffled DataLoader does), so the global RNG is never touched
-    return DataLoader(ds, batch_size=None, sampler=BatchSampler(sampler, batch_size, drop_last=drop_last),
-                      generator=generator)
+    return DataLoader(
+        ds, batch_size=None, sampler=BatchSampler(sampler, batch_size, drop_last=drop_last), generator=generator
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -56,9 +56,7 @@ def get_device(prefer: str | None = None) -> torch.device:
         if not torch.cuda.is_available():
             raise ValueError(f"{source}={prefer!r} but CUDA is not available on this machine")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"{source}={prefer!r} but only {torch.cuda.device_count()} CUDA device(s) are visible"
-            )
+            raise ValueError(f"{source}={prefer!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
     if device.type == "mps" and not _mps_available():
         raise ValueError(f"{source}={prefer!r} but Apple MPS is not available on this machine")
     return device

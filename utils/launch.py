@@ -221,8 +221,12 @@ def torchrun_command(
             raise ValueError("a multi-node launch needs master_port (use free_port())")
         if isinstance(master_port, bool) or not isinstance(master_port, int) or not 0 < master_port < 65536:
             raise ValueError(f"master_port must be an int in (0, 65536), got {master_port!r}")
-        cmd += [f"--nnodes={nnodes}", f"--node_rank={node_rank}", f"--master_addr={master_addr}",
-                f"--master_port={master_port}"]
+        cmd += [
+            f"--nnodes={nnodes}",
+            f"--node_rank={node_rank}",
+            f"--master_addr={master_addr}",
+            f"--master_port={master_port}",
+        ]
     cmd.append(f"--nproc_per_node={nproc}")
     if max_restarts:
         cmd.append(f"--max_restarts={max_restarts}")
@@ -277,6 +281,7 @@ def _launch_env(env: Mapping[str, str] | None, launch_id: str) -> dict[str, str]
 
 
 # --- finding the processes and folders of launches --------------------------------------------------------
+
 
 def _has_proc() -> bool:
     return Path("/proc/self/stat").is_file()
@@ -420,6 +425,7 @@ def _kill_launch(procs: Sequence[subprocess.Popen], launch_id: str) -> None:
 
 # --- what failed --------------------------------------------------------------------------------------------
 
+
 def _tail(text: str, n: int) -> str:
     lines = text.rstrip().splitlines()
     return "\n".join(lines[-n:]) if lines else "(empty)"
@@ -464,6 +470,7 @@ def _rank_failures(agent_dir: Path) -> list[_RankFailure]:
 
 def _explain_failures(failures: list[_RankFailure]) -> str:
     """Which rank failed first, with its stderr; the others that failed with their last stderr line."""
+
     def when(f: _RankFailure) -> tuple[bool, float]:
         # the agent stops the other workers with SIGTERM once one has failed: those are victims, whatever
         # their stderr's time (a worker stopped before it wrote anything has an old file)
@@ -505,9 +512,11 @@ def _failure_message(
     for cmd, err in zip(cmds, stderrs):
         port = _master_port(cmd)
         if port is not None and "EADDRINUSE" in err:
-            what += (f"\nmaster_port {port} is already in use (EADDRINUSE): another program or job listens on it; "
-                     f"pick a free port (utils.launch.free_port()) or stop what holds it (`ss -ltnp` on Linux, "
-                     f"`lsof -i :{port}` on macOS)")
+            what += (
+                f"\nmaster_port {port} is already in use (EADDRINUSE): another program or job listens on it; "
+                f"pick a free port (utils.launch.free_port()) or stop what holds it (`ss -ltnp` on Linux, "
+                f"`lsof -i :{port}` on macOS)"
+            )
     failures = [f for d in agent_dirs for f in _rank_failures(d)]
     if failures:
         why = _explain_failures(failures)
@@ -517,6 +526,7 @@ def _failure_message(
 
 
 # --- running ------------------------------------------------------------------------------------------------
+
 
 def _agent_command(cmd: tuple[str, ...]) -> tuple[str, ...]:
     """A torchrun command as this module runs it: ``python -m utils.launch ARGS`` (see the module docstring)."""
@@ -572,8 +582,15 @@ def run_commands(
     full_env = _launch_env(env, launch_id)
     folder = _open_launch_folder(launch_id)
     try:
-        return _run(cmds, full_env, folder, timeout=timeout, check=check, cwd=cwd or REPO_ROOT,
-                    shown_env=tuple(sorted((str(k), str(v)) for k, v in (env or {}).items())))
+        return _run(
+            cmds,
+            full_env,
+            folder,
+            timeout=timeout,
+            check=check,
+            cwd=cwd or REPO_ROOT,
+            shown_env=tuple(sorted((str(k), str(v)) for k, v in (env or {}).items())),
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -598,8 +615,11 @@ def _run(
     try:
         for cmd, agent_dir, (out, err) in zip(cmds, agent_dirs, outs):
             agent_env = {**env, _AGENT_DIR_VAR: str(agent_dir), _LAUNCHER_VAR: str(os.getpid())}
-            procs.append(subprocess.Popen(_agent_command(cmd), stdout=out, stderr=err, env=agent_env, cwd=cwd,
-                                          start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    _agent_command(cmd), stdout=out, stderr=err, env=agent_env, cwd=cwd, start_new_session=True
+                )
+            )
         finished = _wait(procs, start + timeout)
         codes = [p.poll() for p in procs]  # before the others are stopped: who failed by itself
     finally:
@@ -714,6 +734,7 @@ def load_rank_results(out_dir: str | os.PathLike[str]) -> dict[int, dict]:
 
 # --- the agent: torchrun as run_commands runs it ------------------------------------------------------------
 
+
 def _exit_with_launcher(launcher_pid: int, poll_s: float = 0.2) -> None:
     """Send this process SIGTERM as soon as its parent is no longer ``launcher_pid`` (it has exited).
 
@@ -722,6 +743,7 @@ def _exit_with_launcher(launcher_pid: int, poll_s: float = 0.2) -> None:
     started from a thread), and it also fires when the launcher died before the watch began (the
     parent is then already another process). torchrun answers SIGTERM by stopping its workers.
     """
+
     def watch() -> None:
         while os.getppid() == launcher_pid:
             time.sleep(poll_s)
@@ -767,8 +789,17 @@ def _listen_on_loopback_only() -> None:
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
 
-    params = ("host_name", "port", "world_size", "is_master", "timeout", "wait_for_workers", "multi_tenant",
-              "master_listen_fd", "use_libuv")
+    params = (
+        "host_name",
+        "port",
+        "world_size",
+        "is_master",
+        "timeout",
+        "wait_for_workers",
+        "multi_tenant",
+        "master_listen_fd",
+        "use_libuv",
+    )
 
     class LoopbackTCPStore(dist.TCPStore):
         def __init__(self, *args, **kwargs):

@@ -36,4 +36,3 @@ def relpath(path: str | os.PathLike[str]) -> str:
         return p.relative_to(REPO_ROOT).as_posix()
     except ValueError:
         return p.as_posix()
-

@@ -68,7 +68,9 @@ def plot_image_grid(
     if images.dim() == 3:
         images = images.unsqueeze(1)
     if images.dim() != 4 or images.shape[1] not in (1, 3) or images.shape[0] == 0:
-        raise ValueError(f"images must have shape [N, H, W] or [N, C, H, W] with C in (1, 3), got {tuple(images.shape)}")
+        raise ValueError(
+            f"images must have shape [N, H, W] or [N, C, H, W] with C in (1, 3), got {tuple(images.shape)}"
+        )
     n = images.shape[0]
     if titles is not None and len(titles) != n:
         raise ValueError(f"got {len(titles)} titles for {n} images")

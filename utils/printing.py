@@ -1,4 +1,4 @@
-"""A short, stable printer for tensors. Used by notebooks 01, 02, 03, 04, 07 and 10.
+"""A short, stable printer for tensors. Used by notebooks 02, 03, 04, 07 and 10.
 
 ``print(tensor)`` is fine for small exact values, but floating-point results can differ in the
 last digits between machines (other CPUs, other BLAS kernels). Notebooks print computed floats
@@ -92,8 +92,10 @@ def show_warning(fn: Callable[[], Any], category: type[Warning], match: str) -> 
         result = fn()
     found = [w for w in caught if issubclass(w.category, category) and match in str(w.message)]
     if not found:
-        raise AssertionError(f"expected a {category.__name__} containing {match!r}, got "
-                             f"{[f'{w.category.__name__}: {w.message}' for w in caught]}")
+        raise AssertionError(
+            f"expected a {category.__name__} containing {match!r}, got "
+            f"{[f'{w.category.__name__}: {w.message}' for w in caught]}"
+        )
     first = str(found[0].message).split(". ")[0].rstrip(".")
     print(f"{found[0].category.__name__}: {first}.")
     return result

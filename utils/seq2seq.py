@@ -37,8 +37,20 @@ batches need a padding index, and index 0 is the natural choice for ``padding_id
 MAX_LENGTH = 13
 """Longest sentence kept, in tokens including the end token: 12 words/punctuation + EOS."""
 
-ENG_PREFIXES = ("i am ", "i m ", "he is", "he s ", "she is", "she s ", "you are", "you re ",
-                "we are", "we re ", "they are", "they re ")
+ENG_PREFIXES = (
+    "i am ",
+    "i m ",
+    "he is",
+    "he s ",
+    "she is",
+    "she s ",
+    "you are",
+    "you re ",
+    "we are",
+    "we re ",
+    "they are",
+    "they re ",
+)
 """The notes' filter on the English side of Tatoeba (after normalisation)."""
 
 CORPUS_FILE: Path = DATA_DIR / "eng-fra-course.txt"
@@ -99,8 +111,10 @@ def read_lines(path: str | Path) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as err:
-        raise DataFileError(f"{relpath(path)} is not UTF-8 text (byte {err.start} cannot be decoded): is it the right "
-                            f"file? Save it as UTF-8") from err
+        raise DataFileError(
+            f"{relpath(path)} is not UTF-8 text (byte {err.start} cannot be decoded): is it the right "
+            f"file? Save it as UTF-8"
+        ) from err
     if not any(line.strip() for line in lines):
         raise DataFileError(f"{relpath(path)} is empty: a corpus file has one English<TAB>French pair per line")
     return lines
@@ -149,8 +163,9 @@ def read_compositional(path: str | Path = COMPOSITIONAL_FILE) -> list[tuple[str,
     return out
 
 
-def filter_pairs(pairs: Iterable[tuple[str, str]], max_length: int = MAX_LENGTH,
-                 prefixes: Sequence[str] | None = None) -> list[tuple[str, str]]:
+def filter_pairs(
+    pairs: Iterable[tuple[str, str]], max_length: int = MAX_LENGTH, prefixes: Sequence[str] | None = None
+) -> list[tuple[str, str]]:
     """Keep pairs whose two sides have fewer than ``max_length`` tokens (room for EOS).
 
     ``prefixes``: keep only pairs whose *target* (second item) starts with one of them; pass
@@ -161,13 +176,18 @@ def filter_pairs(pairs: Iterable[tuple[str, str]], max_length: int = MAX_LENGTH,
     if isinstance(prefixes, str):  # tuple("i am ") would be its letters: every sentence starting with i, a, m or " "
         raise TypeError(f"prefixes must be a sequence of str such as ENG_PREFIXES, not one str: write [{prefixes!r}]")
     prefixes = tuple(prefixes) if prefixes else None
-    return [(a, b) for a, b in pairs
-            if len(a.split(" ")) < max_length and len(b.split(" ")) < max_length
-            and (prefixes is None or b.startswith(prefixes))]
+    return [
+        (a, b)
+        for a, b in pairs
+        if len(a.split(" ")) < max_length
+        and len(b.split(" ")) < max_length
+        and (prefixes is None or b.startswith(prefixes))
+    ]
 
 
-def split_pairs(pairs: Sequence[tuple[str, str]], fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
-                seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+def split_pairs(
+    pairs: Sequence[tuple[str, str]], fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), seed: int = 0
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
     """Split into train / validation / test *by sentence*.
 
     Pairs that share a source or a target sentence (``tu es fatigue`` and ``vous etes fatigue``
@@ -227,8 +247,12 @@ class Lang:
         self.name = name
         self.word2index: dict[str, int] = {}
         self.word2count: dict[str, int] = {}
-        self.index2word: dict[int, str] = {PAD_token: "<pad>", SOS_token: "<sos>", EOS_token: "<eos>",
-                                           UNK_token: "<unk>"}
+        self.index2word: dict[int, str] = {
+            PAD_token: "<pad>",
+            SOS_token: "<sos>",
+            EOS_token: "<eos>",
+            UNK_token: "<unk>",
+        }
 
     @property
     def n_words(self) -> int:
@@ -240,8 +264,10 @@ class Lang:
         if not isinstance(sentence, str):
             raise TypeError(f"a sentence must be a str, got {type(sentence).__name__}")
         if not sentence.strip():
-            raise ValueError(f"empty sentence {sentence!r}: nothing to encode "
-                             "(normalize_string leaves nothing of a sentence without letters or . ! ?)")
+            raise ValueError(
+                f"empty sentence {sentence!r}: nothing to encode "
+                "(normalize_string leaves nothing of a sentence without letters or . ! ?)"
+            )
         return sentence.split(" ")
 
     def add_sentence(self, sentence: str) -> None:
@@ -277,7 +303,8 @@ class Lang:
         if missing and unknown == "error":
             raise UnknownWordError(
                 f"{len(missing)} word(s) not in the {self.name} vocabulary of {self.n_words - 4} words: "
-                + ", ".join(repr(w) for w in missing))
+                + ", ".join(repr(w) for w in missing)
+            )
         return [self.word2index.get(w, UNK_token) for w in sentence.split(" ")] + [EOS_token]
 
     def decode(self, indices: Iterable[int]) -> list[str]:
@@ -288,16 +315,20 @@ class Lang:
             IndexError: an index outside this vocabulary (indices made with another ``Lang``?).
         """
         if isinstance(indices, torch.Tensor) and indices.dim() != 1:
-            raise ValueError(f"decode() takes one sentence: a 1-D sequence of indices, got shape {tuple(indices.shape)}"
-                             " (for a batch, decode each row)")
+            raise ValueError(
+                f"decode() takes one sentence: a 1-D sequence of indices, got shape {tuple(indices.shape)}"
+                " (for a batch, decode each row)"
+            )
         words = []
         for i in indices:
             i = int(i)
             if i == EOS_token:
                 break
             if i not in self.index2word:
-                raise IndexError(f"index {i} is not in the {self.name} vocabulary (indices 0 to {self.n_words - 1}):"
-                                 " were these indices made with another vocabulary?")
+                raise IndexError(
+                    f"index {i} is not in the {self.name} vocabulary (indices 0 to {self.n_words - 1}):"
+                    " were these indices made with another vocabulary?"
+                )
             if i != PAD_token:
                 words.append(self.index2word[i])
         return words
@@ -336,16 +367,16 @@ def _pad_batch(encoded: Sequence[tuple[list[int], list[int]]]) -> Batch:
     return Batch(src, torch.tensor([len(s) for s, _ in encoded]), tgt)
 
 
-def batch_tensors(pairs: Sequence[tuple[str, str]], src_lang: Lang, tgt_lang: Lang,
-                  unknown: str = "unk") -> Batch:
+def batch_tensors(pairs: Sequence[tuple[str, str]], src_lang: Lang, tgt_lang: Lang, unknown: str = "unk") -> Batch:
     """Encode, append EOS and pad a list of pairs (index 0 = ``<pad>`` after each sentence's EOS)."""
     if not pairs:
         raise ValueError("batch_tensors() needs at least one pair")
     return _pad_batch([(src_lang.encode(a, unknown), tgt_lang.encode(b, unknown)) for a, b in pairs])
 
 
-def make_batches(pairs: Sequence[tuple[str, str]], src_lang: Lang, tgt_lang: Lang, batch_size: int,
-                 rng: random.Random | None = None) -> list[Batch]:
+def make_batches(
+    pairs: Sequence[tuple[str, str]], src_lang: Lang, tgt_lang: Lang, batch_size: int, rng: random.Random | None = None
+) -> list[Batch]:
     """Cut ``pairs`` into batches of similar source length (less padding, faster).
 
     With ``rng`` the pairs are shuffled, then sorted by length inside chunks of 50 batches, and
@@ -359,9 +390,10 @@ def make_batches(pairs: Sequence[tuple[str, str]], src_lang: Lang, tgt_lang: Lan
     if rng is not None:
         rng.shuffle(encoded)
         chunk = 50 * batch_size
-        encoded = [p for i in range(0, len(encoded), chunk)
-                   for p in sorted(encoded[i:i + chunk], key=lambda p: len(p[0]))]
-    batches = [_pad_batch(encoded[i:i + batch_size]) for i in range(0, len(encoded), batch_size)]
+        encoded = [
+            p for i in range(0, len(encoded), chunk) for p in sorted(encoded[i : i + chunk], key=lambda p: len(p[0]))
+        ]
+    batches = [_pad_batch(encoded[i : i + batch_size]) for i in range(0, len(encoded), batch_size)]
     if rng is not None:
         rng.shuffle(batches)
     return batches

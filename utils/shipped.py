@@ -69,8 +69,9 @@ def read_sums(path: Path, algorithm: str, hint: str) -> dict[str, str]:
     for number, line in enumerate(text.splitlines(), 1):
         m = re.fullmatch(rf"([0-9a-f]{{{digits}}}) [ *](\S+)", line)
         if not m:
-            raise DataFileError(f"{relpath(path)} line {number} is not '{algorithm.upper()}  FILE' "
-                                f"(the list is corrupt): {hint}")
+            raise DataFileError(
+                f"{relpath(path)} line {number} is not '{algorithm.upper()}  FILE' (the list is corrupt): {hint}"
+            )
         sums[m.group(2)] = m.group(1)
     return sums
 

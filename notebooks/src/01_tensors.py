@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from utils import get_device, seed_everything, show
+from utils import get_device, seed_everything
 
 seed_everything(0)
 print("torch", torch.__version__.split("+")[0])
@@ -60,13 +60,21 @@ for name, t in made.items():
 g = torch.Generator().manual_seed(0)
 u, n = torch.rand(1000, generator=g), torch.randn(1000, generator=g)  # uniform [0, 1) and standard normal
 like = torch.zeros_like(n, dtype=torch.int32)
-print(f"rand: min {u.min():.4f} max {u.max():.4f} | randn: mean {n.mean():.1f} std {n.std():.1f} | "
-      f"zeros_like: shape {tuple(like.shape)}, {like.dtype}")
+print(
+    f"rand: min {u.min():.4f} max {u.max():.4f} | randn: mean {n.mean():.1f} std {n.std():.1f} | "
+    f"zeros_like: shape {tuple(like.shape)}, {like.dtype}"
+)
 assert 0 <= u.min() and u.max() < 1 and abs(n.mean()) < 0.1 and abs(n.std() - 1) < 0.1
 assert torch.empty(2, 3).shape == (2, 3)  # allocated, not initialised: never read before writing
 half = torch.zeros(2, 3, dtype=torch.float16, device="cpu")  # section 11 picks a GPU when there is one
-print("zeros(2, 3, dtype=torch.float16, device='cpu'):", half.dtype, half.device,
-      "| ones_like keeps both:", torch.ones_like(half).dtype, torch.ones_like(half).device)
+print(
+    "zeros(2, 3, dtype=torch.float16, device='cpu'):",
+    half.dtype,
+    half.device,
+    "| ones_like keeps both:",
+    torch.ones_like(half).dtype,
+    torch.ones_like(half).device,
+)
 assert torch.ones_like(half).dtype == torch.float16 and torch.ones_like(half).device == half.device
 
 # %% [markdown]
@@ -79,9 +87,15 @@ assert torch.ones_like(half).dtype == torch.float16 and torch.ones_like(half).de
 
 # %%
 pairs = [
-    (torch.float64, np.float64), (torch.float32, np.float32), (torch.float16, np.float16),
-    (torch.int64, np.int64), (torch.int32, np.int32), (torch.int16, np.int16),
-    (torch.int8, np.int8), (torch.uint8, np.uint8), (torch.bool, np.bool_),
+    (torch.float64, np.float64),
+    (torch.float32, np.float32),
+    (torch.float16, np.float16),
+    (torch.int64, np.int64),
+    (torch.int32, np.int32),
+    (torch.int16, np.int16),
+    (torch.int8, np.int8),
+    (torch.uint8, np.uint8),
+    (torch.bool, np.bool_),
 ]
 for t_dtype, np_dtype in pairs:
     converted = torch.from_numpy(np.zeros(1, dtype=np_dtype)).dtype
@@ -164,14 +178,30 @@ for name, t in examples.items():
 m = torch.arange(6.0).view(2, 3)
 print("m =", m.tolist())
 print("m.sum() =", m.sum().item(), "| m.sum(dim=0) =", m.sum(dim=0).tolist(), "| m.sum(dim=1) =", m.sum(dim=1).tolist())
-print("m.mean(dim=1, keepdim=True) has shape", tuple(m.mean(dim=1, keepdim=True).shape),
-      "| m - that =", (m - m.mean(dim=1, keepdim=True)).tolist())
+print(
+    "m.mean(dim=1, keepdim=True) has shape",
+    tuple(m.mean(dim=1, keepdim=True).shape),
+    "| m - that =",
+    (m - m.mean(dim=1, keepdim=True)).tolist(),
+)
 values, indices = m.max(dim=1)
 print("m.max(dim=1): values", values.tolist(), "indices", indices.tolist())
-print("cat dim 0:", tuple(torch.cat([m, m]).shape), "| cat dim 1:", tuple(torch.cat([m, m], dim=1).shape),
-      "| stack:", tuple(torch.stack([m, m]).shape))
-print("unsqueeze(0):", tuple(m.unsqueeze(0).shape), "| unsqueeze(0).squeeze(0):", tuple(m.unsqueeze(0).squeeze(0).shape),
-      "| permute of (2, 3, 4) by (2, 0, 1):", tuple(torch.zeros(2, 3, 4).permute(2, 0, 1).shape))
+print(
+    "cat dim 0:",
+    tuple(torch.cat([m, m]).shape),
+    "| cat dim 1:",
+    tuple(torch.cat([m, m], dim=1).shape),
+    "| stack:",
+    tuple(torch.stack([m, m]).shape),
+)
+print(
+    "unsqueeze(0):",
+    tuple(m.unsqueeze(0).shape),
+    "| unsqueeze(0).squeeze(0):",
+    tuple(m.unsqueeze(0).squeeze(0).shape),
+    "| permute of (2, 3, 4) by (2, 0, 1):",
+    tuple(torch.zeros(2, 3, 4).permute(2, 0, 1).shape),
+)
 assert m.sum(dim=0).tolist() == [3.0, 5.0, 7.0] and m.sum(dim=1).tolist() == [3.0, 12.0]
 assert torch.stack([m, m]).shape == (2, 2, 3) and torch.cat([m, m], dim=1).shape == (2, 6)
 
@@ -186,8 +216,16 @@ assert torch.stack([m, m]).shape == (2, 2, 3) and torch.cat([m, m], dim=1).shape
 # %%
 x = torch.arange(12).view(3, 4)
 print(x)
-print("x[1] =", x[1].tolist(), "| x[:, 1] =", x[:, 1].tolist(), "| x[1, -1] =", x[1, -1].item(),
-      "| x[::2, 1:3] =", x[::2, 1:3].tolist())
+print(
+    "x[1] =",
+    x[1].tolist(),
+    "| x[:, 1] =",
+    x[:, 1].tolist(),
+    "| x[1, -1] =",
+    x[1, -1].item(),
+    "| x[::2, 1:3] =",
+    x[::2, 1:3].tolist(),
+)
 print("x[..., 0].shape =", tuple(x[..., 0].shape), "| x[None].shape =", tuple(x[None].shape))
 print("x[[0, 2]] =", x[[0, 2]].tolist(), "| x[x % 5 == 0] =", x[x % 5 == 0].tolist())
 print("torch.where(x > 8, x, -1) =", torch.where(x > 8, x, -1).tolist())
@@ -208,8 +246,14 @@ def kind(t):  # does t use the same memory block (storage, section 4) as x?
     return "view" if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() else "copy"
 
 
-indexed = {"x[1]": x[1], "x[:, 1:3]": x[:, 1:3], "x[None, ..., 0]": x[None, ..., 0],
-           "x[[0, 2]]": x[[0, 2]], "x[x > 6]": x[x > 6], "x[[0, 2], None]": x[[0, 2], None]}
+indexed = {
+    "x[1]": x[1],
+    "x[:, 1:3]": x[:, 1:3],
+    "x[None, ..., 0]": x[None, ..., 0],
+    "x[[0, 2]]": x[[0, 2]],
+    "x[x > 6]": x[x > 6],
+    "x[[0, 2], None]": x[[0, 2], None],
+}
 for expr, t in indexed.items():
     print(f"{expr:16} shape {str(tuple(t.shape)):10} {kind(t)}")
 assert [kind(t) for t in indexed.values()] == ["view"] * 3 + ["copy"] * 3
@@ -227,8 +271,16 @@ assert x[1, 0] == -1.0 and x[0, 0] == 0.0 and picked[0, 0] == -2.0 and (x <= 6).
 
 # %%
 x1 = torch.tensor([1, 2, 3])  # the notes' 1-D example
-print("1-D:", x1.tolist(), "[[0, 2], None] ->", x1[[0, 2], None].tolist(), "| 2-D x (3, 4): x[[0, 2], None] has shape",
-      tuple(x[[0, 2], None].shape), "but x[[0, 2]].view(-1, 1) has shape", tuple(x[[0, 2]].view(-1, 1).shape))
+print(
+    "1-D:",
+    x1.tolist(),
+    "[[0, 2], None] ->",
+    x1[[0, 2], None].tolist(),
+    "| 2-D x (3, 4): x[[0, 2], None] has shape",
+    tuple(x[[0, 2], None].shape),
+    "but x[[0, 2]].view(-1, 1) has shape",
+    tuple(x[[0, 2]].view(-1, 1).shape),
+)
 assert torch.equal(x1[[0, 2], None], x1[[0, 2]].view(-1, 1))
 assert torch.equal(x[[0, 2], None], x[[0, 2]].unsqueeze(1)) and x[[0, 2]].view(-1, 1).shape == (8, 1)
 
@@ -248,8 +300,16 @@ m34 = vector.view(3, 4)
 m43 = vector.view(4, -1)
 print(m34, "strides", m34.stride())
 print("view(4, -1): shape", tuple(m43.shape), "strides", m43.stride())
-print("m34[1]: offset", m34[1].storage_offset(), "strides", m34[1].stride(),
-      "| m34[:, 1]: offset", m34[:, 1].storage_offset(), "strides", m34[:, 1].stride())
+print(
+    "m34[1]: offset",
+    m34[1].storage_offset(),
+    "strides",
+    m34[1].stride(),
+    "| m34[:, 1]: offset",
+    m34[:, 1].storage_offset(),
+    "strides",
+    m34[:, 1].stride(),
+)
 assert m34.untyped_storage().data_ptr() == vector.untyped_storage().data_ptr()  # same memory, no copy
 assert m34[2, 1] == vector[2 * m34.stride(0) + 1 * m34.stride(1)]
 assert (m34[1].storage_offset(), m34[1].stride()) == (4, (1,))
@@ -268,15 +328,30 @@ assert (m34[:, 1].storage_offset(), m34[:, 1].stride()) == (1, (4,))
 base = torch.arange(12)
 m26 = base.view(2, 6)
 m62 = m26.t()
-print("sizes", tuple(m26.shape), "->", tuple(m62.shape), "| strides", m26.stride(), "->", m62.stride(),
-      "| contiguous:", m26.is_contiguous(), "->", m62.is_contiguous())
+print(
+    "sizes",
+    tuple(m26.shape),
+    "->",
+    tuple(m62.shape),
+    "| strides",
+    m26.stride(),
+    "->",
+    m62.stride(),
+    "| contiguous:",
+    m26.is_contiguous(),
+    "->",
+    m62.is_contiguous(),
+)
 print("m62 read row by row:", m62.flatten().tolist())
 assert m62.stride() == (1, 6) and not m62.is_contiguous()
 assert all(m62[i, j] == base[i * 1 + j * 6] for i in range(6) for j in range(2))  # the rule the figure draws
 
 fig, axes = plt.subplots(1, 3, figsize=(9, 3.2), gridspec_kw={"width_ratios": [12, 6, 2.4]}, layout="constrained")
-panels = (("storage (12 elements)", base.view(1, 12)), ("m26 = view(2, 6)\nstrides (6, 1)", m26),
-          ("m62 = m26.t()\nstrides (1, 6)", m62))
+panels = (
+    ("storage (12 elements)", base.view(1, 12)),
+    ("m26 = view(2, 6)\nstrides (6, 1)", m26),
+    ("m62 = m26.t()\nstrides (1, 6)", m62),
+)
 for ax, (title, grid) in zip(axes, panels):
     ax.imshow(grid.numpy(), cmap="viridis", vmin=-4, vmax=15)  # colour = position in the storage
     for (i, j), value in np.ndenumerate(grid.numpy()):
@@ -296,15 +371,25 @@ plt.show()
 
 # %%
 v232 = m62.view(2, 3, 2)  # works on the non-contiguous tensor
-print("m62.view(2, 3, 2): strides", v232.stride(), "| contiguous:", v232.is_contiguous(),
-      "| on base's storage:", v232._base is base)
+print(
+    "m62.view(2, 3, 2): strides",
+    v232.stride(),
+    "| contiguous:",
+    v232.is_contiguous(),
+    "| on base's storage:",
+    v232._base is base,
+)
 assert v232.stride() == (3, 1, 6) and v232._base is base and torch.equal(v232.flatten(), m62.flatten())
 try:
     m62.view(3, 4)
 except RuntimeError as err:
     print("m62.view(3, 4) ->", type(err).__name__ + ":", err)
-print("a row of (3, 4) would be", m62.flatten()[:4].tolist(), "-> steps in the storage:",
-      torch.diff(m62.flatten()[:4]).tolist())
+print(
+    "a row of (3, 4) would be",
+    m62.flatten()[:4].tolist(),
+    "-> steps in the storage:",
+    torch.diff(m62.flatten()[:4]).tolist(),
+)
 assert torch.diff(m62.flatten()[:4]).tolist() == [6, -5, 6]
 
 # %% [markdown]
@@ -458,8 +543,11 @@ print("strides of the stretched operands:", [t.stride() for t in stretched])
 assert torch.equal(stretched[0] + stretched[1], col * 10 + row) and stretched[0].stride() == (1, 0)
 
 fig, axes = plt.subplots(1, 3, figsize=(8, 2.2))
-panels = (("col * 10: (3, 1) -> (3, 4)", stretched[0]), ("row: (4,) -> (3, 4)", stretched[1]),
-          ("sum: (3, 4)", stretched[0] + stretched[1]))
+panels = (
+    ("col * 10: (3, 1) -> (3, 4)", stretched[0]),
+    ("row: (4,) -> (3, 4)", stretched[1]),
+    ("sum: (3, 4)", stretched[0] + stretched[1]),
+)
 for ax, (title, grid) in zip(axes, panels):
     grid = grid.contiguous()  # matplotlib wants real memory, not a stride-0 view
     ax.imshow(grid.numpy(), cmap="Blues", vmin=-5, vmax=30)
@@ -632,8 +720,13 @@ else:
 
 accelerator = torch.accelerator.current_accelerator(check_available=True)  # None: no accelerator can be used
 if accelerator is None:
-    print("no accelerator: is_available() =", torch.accelerator.is_available(),
-          "| device_count() =", torch.accelerator.device_count(), "| current_accelerator(check_available=True) = None")
+    print(
+        "no accelerator: is_available() =",
+        torch.accelerator.is_available(),
+        "| device_count() =",
+        torch.accelerator.device_count(),
+        "| current_accelerator(check_available=True) = None",
+    )
 else:
     print("accelerator:", accelerator.type, "| devices:", torch.accelerator.device_count())
 assert (accelerator is None) == (not torch.accelerator.is_available()) == (torch.accelerator.device_count() == 0)
@@ -682,6 +775,7 @@ ex.check(1, answer_1)
 # where `out[n, h * W + w, c]` is `images[n, c, h, w]`. Write `channels_last_flat(images)` in one or two lines,
 # for any sizes.
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
 def channels_last_flat(images: torch.Tensor) -> torch.Tensor:
@@ -698,6 +792,7 @@ ex.check(2, channels_last_flat)
 # squared Euclidean distance between `a[i]` and `b[j]` (shape `(n, m)`), and `idx[i]` is the index of the point
 # of `b` nearest to `a[i]` (shape `(n,)`). No Python loop: broadcast `a` and `b` against each other with `None`
 # (section 3's indexing), then reduce. This is the core of k-nearest-neighbour classifiers and k-means.
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

@@ -95,7 +95,9 @@ c_out = p_leaf**2 + q_leaf
 c_out.backward()
 print("c =", c_out.item(), "| grad_fn:", type(c_out.grad_fn).__name__)
 for name, t in (("p", p_leaf), ("q", q_leaf)):
-    print(f"{name}: value {t.item()}, requires_grad {t.requires_grad}, grad {t.grad.item()}, grad_fn {t.grad_fn}, leaf {t.is_leaf}")
+    print(
+        f"{name}: value {t.item()}, requires_grad {t.requires_grad}, grad {t.grad.item()}, grad_fn {t.grad_fn}, leaf {t.is_leaf}"
+    )
 assert (p_leaf.grad.item(), q_leaf.grad.item()) == (2.0, 1.0)
 
 # %% [markdown]
@@ -204,6 +206,7 @@ assert torch.equal(vjp, grad_vector_form)
 # For a function that mixes elements the Jacobian is not diagonal, and the vector–Jacobian product
 # really is a matrix product. Here $h(v)_i = \sum_{j\le i} v_j^2$ (a running sum of squares), whose
 # Jacobian is lower-triangular with entries $2v_j$.
+
 
 # %%
 def h(v: torch.Tensor) -> torch.Tensor:
@@ -409,6 +412,7 @@ assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 # $x_k - 1 = (1 - 2\eta)^k (x_0 - 1)$: from $x_0 = 0$ we can check every step against
 # $x_k = 1 - (1-2\eta)^k$.
 
+
 # %%
 def descend(lr: float, steps: int) -> torch.Tensor:
     """Run SGD on f from x=0 and return the path x_0..x_steps (float64, on the CPU)."""
@@ -491,6 +495,7 @@ plt.show()
 # produces the notes' numbers `4.5`). The check that matters: the gradients equal those of the
 # built-in `torch.relu`.
 
+
 # %%
 class MyReLU(Function):
     @staticmethod
@@ -547,6 +552,7 @@ print("gradcheck(MyReLU) away from 0: passed")
 # input, then multiplies: $\partial L/\partial x = \partial L/\partial y \cdot e^x$.
 # At $x=1$ the gradient is $e \approx 2.7183$.
 
+
 # %%
 class Exp(Function):
     @staticmethod
@@ -580,6 +586,7 @@ assert torch.autograd.gradcheck(Exp.apply, (torch.randn(5, dtype=torch.float64, 
 #
 # With $x=2$, $L = (\text{GradCoeff}(x, -0.1))^2$: the forward value is $4$ and the gradient
 # $2x \cdot (-0.1) = -0.4$. Forgetting the `None` is an error.
+
 
 # %%
 class GradCoeff(Function):
@@ -621,6 +628,7 @@ except RuntimeError as err:
 # for `grad_input` is skipped). Returning gradients nobody asked for is not an error, only waste.
 # The class records what it saw so we can print it, and we compare with the built-in `F.linear`
 # and with `gradcheck`.
+
 
 # %%
 class LinearFunction(Function):
@@ -671,6 +679,7 @@ print("matches F.linear and passes gradcheck")
 # `backward()` and `autograd.grad`. The function transforms of `torch.func` (`jacrev`, `vmap`,
 # `grad`, ...) however need `forward` *without* `ctx` and a separate `setup_context(ctx, inputs,
 # output)` that saves what backward needs. Only the split differs; `backward` is unchanged.
+
 
 # %%
 class ExpV2(Function):
@@ -731,6 +740,7 @@ assert torch.allclose(batched, batch3.exp())
 # (`grad_out * 2 * x`), so autograd can record the backward too and double backward works for free.
 # Below, a buggy `Square` that forgets the factor 2 is caught by `gradcheck`.
 
+
 # %%
 class Square(Function):
     @staticmethod
@@ -787,6 +797,7 @@ for dtype in (torch.float32, torch.float64):
 # it out: double backward then works for free. The same `Square` with the decorator still passes
 # `gradcheck` but fails `gradgradcheck`, whose message shows the second derivative it got: zeros.
 
+
 # %%
 class SquareOnce(Function):
     @staticmethod
@@ -817,6 +828,7 @@ else:
 # penalty computed with `torch.autograd.grad(total, params)` (section 9) gets no error: the penalty's path through
 # the once-differentiable backward is silently skipped, and the gradient is that of the data term alone. With
 # $L = w \sum x_i^2 + \lVert \partial L_0/\partial x \rVert^2$ the true $dL/dw$ is $2.5 + 40 = 42.5$:
+
 
 # %%
 def penalty_gradient(square_fn):
@@ -856,6 +868,7 @@ assert torch.autograd.grad(*penalty_gradient(SquareOnce.apply))[0].item() == 2.5
 # (The notes call the weight gradient `grad_input`; it is renamed `grad_weight` here.) We check it
 # with `gradcheck` in float64 on the notes' shapes, and against the gradients of the built-in
 # `F.conv2d`.
+
 
 # %%
 def convolution_backward(grad_out, X, weight):
@@ -915,8 +928,10 @@ class Conv2DTwice(Conv2D):  # the same forward
         return convolution_backward(grad_out, X, weight)
 
 
-small = (torch.rand(2, 2, 5, 5, dtype=torch.double, device=device, requires_grad=True),
-         torch.rand(3, 2, 3, 3, dtype=torch.double, device=device, requires_grad=True))
+small = (
+    torch.rand(2, 2, 5, 5, dtype=torch.double, device=device, requires_grad=True),
+    torch.rand(3, 2, 3, 3, dtype=torch.double, device=device, requires_grad=True),
+)
 print("gradgradcheck(Conv2DTwice):", torch.autograd.gradgradcheck(Conv2DTwice.apply, small))
 
 # %% [markdown]
@@ -1024,8 +1039,7 @@ total, grad_norm = penalised_loss(create_graph=True)
 total.backward()
 penalised = {n: p.grad.clone() for n, p in model.named_parameters()}
 print("create_graph=True:   grad_norm requires_grad =", grad_norm.requires_grad)
-print("  -> gradients differ from the plain loss's:",
-      any(not torch.allclose(penalised[n], plain[n]) for n in plain))
+print("  -> gradients differ from the plain loss's:", any(not torch.allclose(penalised[n], plain[n]) for n in plain))
 
 params = {n: p.detach() for n, p in model.named_parameters()}
 
@@ -1050,6 +1064,7 @@ assert agree and grad_norm.requires_grad
 # fit, and a large $\lambda$ wins. Below, 200 Adam steps for $\lambda = 0$ (no penalty), $0.1$ and
 # $1$ (the notes' choice): the larger $\lambda$, the worse the fit on this small regression problem.
 
+
 # %%
 def train_with_penalty(lam: float, steps: int = 200) -> dict[str, list[float]]:
     """The notes' loop with loss + lam * ||d loss / d params||; returns the MSE and norm per step."""
@@ -1073,13 +1088,20 @@ runs = {lam: train_with_penalty(lam) for lam in (0.0, 0.1, 1.0)}
 for lam, hist in runs.items():
     # the final MSE is stable to two decimals; the final gradient norm is not (Adam makes it jitter
     # between about 0.02 and 0.06 from one step to the next), so only its bound is printed
-    print(f"lambda={lam:<4} MSE {hist['mse'][0]:.2f} -> {hist['mse'][-1]:.2f}"
-          f"   gradient norm {hist['grad_norm'][0]:.2f} -> below 0.1")
+    print(
+        f"lambda={lam:<4} MSE {hist['mse'][0]:.2f} -> {hist['mse'][-1]:.2f}"
+        f"   gradient norm {hist['grad_norm'][0]:.2f} -> below 0.1"
+    )
 final_mse = [hist["mse"][-1] for hist in runs.values()]
 assert final_mse[0] < final_mse[1] < final_mse[2]
 assert all(max(hist["grad_norm"][-20:]) < 0.1 < hist["grad_norm"][0] for hist in runs.values())
-plot_curves({f"MSE, lambda={lam}": hist["mse"] for lam, hist in runs.items()},
-            xlabel="step", ylabel="MSE (data loss only)", title="training with a gradient penalty", logy=True)
+plot_curves(
+    {f"MSE, lambda={lam}": hist["mse"] for lam, hist in runs.items()},
+    xlabel="step",
+    ylabel="MSE (data loss only)",
+    title="training with a gradient penalty",
+    logy=True,
+)
 plt.show()
 
 # %% [markdown]
@@ -1096,6 +1118,7 @@ plt.show()
 #
 # We count the graph nodes behind the output: the unfrozen model records every convolution and
 # batch norm, the frozen one only the final linear layer.
+
 
 # %%
 def count_graph_nodes(t: torch.Tensor) -> int:
@@ -1282,7 +1305,7 @@ for _ in range(STEPS):
 for name, curve in curves.items():
     print(f"{name:10} loss at step 0: {curve[0]:8.2f}   at step {STEPS - 1}: {curve[-1]:8.2f}")
 reference = np.array(curves["1 NumPy"])
-for name, curve in curves.items():
+for curve in curves.values():
     np.testing.assert_allclose(curve, reference, rtol=1e-9)  # the same curve, five times
 assert reference[-1] < reference[0] / 2
 for name, curve in curves.items():
@@ -1352,6 +1375,7 @@ ex.check(1, answer_1)
 # operations, so that it can itself be differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section
 # 7) in float64, and compares with `F.softplus` in float32 from $x = -100$ to $100$.
 
+
 # %%
 # ✏️ Exercise 2: write forward and backward
 class Softplus(torch.autograd.Function):
@@ -1381,10 +1405,12 @@ ex.check(2, Softplus)
 # tensor used at many positions receives the **sum** of the gradients from all of them. Write it with tensor
 # operations; the check calls your function under `torch.no_grad()`, on 2-D, 3-D and 4-D inputs.
 
+
 # %%
 # ✏️ Exercise 3: write the body of the function
-def linear_backward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                    grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def linear_backward(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, grad_out: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     raise NotImplementedError("your code here")
 
 

@@ -98,6 +98,7 @@ print("loss was made by", type(loss.grad_fn).__name__, "- the graph was recorded
 # and the graph can be different on every call. Below, a loop doubles `y` until its norm reaches 10: a small input
 # loops more often, so its graph holds more multiplications, and the gradient `dz/dx = 2**k` tells how many.
 
+
 # %%
 def grow(x):
     y, k = x, 0
@@ -126,6 +127,7 @@ for start in (0.1, 3.0):
 #
 # The notes' example: `y1 = x + 1`, `y2 = 2 * x`, `loss = (y1 - y2) ** 2`. We print node names with
 # `type(fn).__name__` rather than `print(fn)`, whose repr contains a memory address.
+
 
 # %%
 def node_label(fn, names=None):
@@ -196,6 +198,7 @@ assert x.grad.item() == -4.0 * 1 + 4.0 * 2
 # since reading `.grad` of a non-leaf (`l1` ... `loss`) now returns `None` *with a warning* (section 4). The notes'
 # variable `input` is renamed `inp`, so as not to hide Python's built-in `input`. Everything else prints exactly as in
 # the notes: all `grad`s `None` before, then `tensor(28.)`, `tensor(8.)`, `tensor(10.)` for the three leaves.
+
 
 # %%
 def print_tensor(name, t):
@@ -330,7 +333,9 @@ loss = (y1 - y2) ** 2
 for t in (y1, y2, loss):
     t.retain_grad()
 loss.backward()
-print("loss.grad =", fmt(loss.grad), "| y1.grad =", fmt(y1.grad), "| y2.grad =", fmt(y2.grad), "| x.grad =", fmt(x.grad))
+print(
+    "loss.grad =", fmt(loss.grad), "| y1.grad =", fmt(y1.grad), "| y2.grad =", fmt(y2.grad), "| x.grad =", fmt(x.grad)
+)
 assert (loss.grad.item(), y1.grad.item(), y2.grad.item(), x.grad.item()) == (1.0, -4.0, 4.0, 4.0)
 assert y1.retains_grad and not y1.is_leaf
 
@@ -396,8 +401,12 @@ for _ in range(2):
     (3 * q).sum().backward()  # no zero_grad: the second call accumulates
 for name, g in seen:
     print(f"{name:16s} sees {g}")
-assert seen == [("register_hook", [3.0, 3.0]), ("post_accumulate", [3.0, 3.0]),
-                ("register_hook", [3.0, 3.0]), ("post_accumulate", [6.0, 6.0])]
+assert seen == [
+    ("register_hook", [3.0, 3.0]),
+    ("post_accumulate", [3.0, 3.0]),
+    ("register_hook", [3.0, 3.0]),
+    ("post_accumulate", [6.0, 6.0]),
+]
 
 # %% [markdown]
 # ## 6. `requires_grad` propagation, `detach`, `no_grad` and `inference_mode`
@@ -437,8 +446,14 @@ p = torch.tensor([1.0, 2.0], requires_grad=True)
 q = p * 2
 d = q.detach()
 dc = q.detach().clone()
-print("detach: requires_grad", d.requires_grad, "| grad_fn", d.grad_fn,
-      "| data address minus q's:", d.data_ptr() - q.data_ptr())  # 0: the same memory
+print(
+    "detach: requires_grad",
+    d.requires_grad,
+    "| grad_fn",
+    d.grad_fn,
+    "| data address minus q's:",
+    d.data_ptr() - q.data_ptr(),
+)  # 0: the same memory
 assert d.data_ptr() == q.data_ptr()
 d[0] = 100.0  # writes into q's storage too
 print("q after writing d[0] = 100:", fmt(q.detach()), "| the clone kept", fmt(dc))
@@ -724,6 +739,7 @@ assert torch.count_nonzero(xb.grad) == 0
 # the ReLU (shape 3×2), not the gradient of the module's input (3×4). PyTorch now emits a `FutureWarning` when
 # that happens (asserted below) and says to use `register_full_backward_hook`, which gets it right.
 
+
 # %%
 class LinearReLU(nn.Module):
     def __init__(self):
@@ -754,9 +770,14 @@ assert shapes == {"full hook": (3, 4), "old hook": (3, 2)}
 # %%
 seed_everything(0)
 cnn = nn.Sequential(
-    nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Flatten(), nn.Linear(16 * 7 * 7, 10),
+    nn.Conv2d(1, 8, 3, padding=1),
+    nn.ReLU(),
+    nn.MaxPool2d(2),
+    nn.Conv2d(8, 16, 3, padding=1),
+    nn.ReLU(),
+    nn.MaxPool2d(2),
+    nn.Flatten(),
+    nn.Linear(16 * 7 * 7, 10),
 ).to(device)
 
 
@@ -804,8 +825,10 @@ cnn(images)
 for h in handles:
     h.remove()
 for name, act in activations.items():
-    print(f"{name}: output carried {carried[name]}; stored shape {tuple(act.shape)}, "
-          f"fraction of zeros {(act == 0).float().mean().item():.3f}")
+    print(
+        f"{name}: output carried {carried[name]}; stored shape {tuple(act.shape)}, "
+        f"fraction of zeros {(act == 0).float().mean().item():.3f}"
+    )
 assert activations["relu1"].shape == (4, 8, 28, 28) and activations["relu2"].shape == (4, 16, 14, 14)
 assert not activations["relu1"].requires_grad and (activations["relu1"] >= 0).all()
 
@@ -819,6 +842,7 @@ plt.show()
 # reasonable learning rate (0.1) and with one too large (0.5), and let the hooks log. Each step also checks that the
 # hooks' norms give the same total norm that `torch.nn.utils.get_total_norm` computes from the `.grad`s (the number
 # `clip_grad_norm_` clips against).
+
 
 # %%
 def train_with_grad_monitor(lr, steps=20):
@@ -852,6 +876,8 @@ def train_with_grad_monitor(lr, steps=20):
 
 
 runs = {lr: train_with_grad_monitor(lr) for lr in (0.1, 0.5)}
+
+
 def rounded(v):
     """Two decimals for moderate numbers, the order of magnitude for exploded ones (stable across machines)."""
     return f"{v:.2f}" if v < 10 else f"{v:.0e}"
@@ -859,12 +885,19 @@ def rounded(v):
 
 for lr, (norms, totals, losses) in runs.items():
     assert all(len(v) == 20 for v in norms.values())
-    print(f"lr={lr}: logged {len(totals)} steps x {len(norms)} parameters | loss {rounded(losses[0])} -> "
-          f"{rounded(losses[-1])} | largest total gradient norm {rounded(max(totals))}")
+    print(
+        f"lr={lr}: logged {len(totals)} steps x {len(norms)} parameters | loss {rounded(losses[0])} -> "
+        f"{rounded(losses[-1])} | largest total gradient norm {rounded(max(totals))}"
+    )
 assert runs[0.1][2][-1] < runs[0.1][2][0] and max(runs[0.1][1]) < 1.0  # stable
 assert runs[0.5][1][-1] > 1e6  # exploding gradients, caught by the hooks
-plot_curves({f"lr={lr}": totals for lr, (_, totals, _) in runs.items()}, xlabel="step",
-            ylabel="total gradient norm", title="Gradient norms logged by parameter hooks", logy=True)
+plot_curves(
+    {f"lr={lr}": totals for lr, (_, totals, _) in runs.items()},
+    xlabel="step",
+    ylabel="total gradient norm",
+    title="Gradient norms logged by parameter hooks",
+    logy=True,
+)
 plt.show()
 
 # %% [markdown]
@@ -902,8 +935,7 @@ net = Net().to(device)
 graph_dir = RUN_DIR / "graph"
 shutil.rmtree(graph_dir, ignore_errors=True)  # one event file per run
 writer = SummaryWriter(str(graph_dir))
-show_warning(lambda: writer.add_graph(net, input_to_model=torch.rand(10, 2, device=device)),
-               FutureWarning, "jit.trace")
+show_warning(lambda: writer.add_graph(net, input_to_model=torch.rand(10, 2, device=device)), FutureWarning, "jit.trace")
 writer.close()
 
 summary = read_events(graph_dir)
@@ -935,6 +967,7 @@ assert {"aten::matmul", "aten::add"} <= set(ops)
 # each edge, in the direction gradients flow. `AccumulateGrad` boxes are labelled with the parameter they fill.
 # Things to notice: `AddmmBackward0` is the fused `x @ W.T + b` of `nn.Linear`, `TBackward0` the transpose of
 # `W`, and the two `None` inputs are the data `xb` and the target `yb`, which need no gradient.
+
 
 # %%
 def backward_graph(root):
@@ -973,7 +1006,10 @@ labels = {id(fn): node_label(fn, param_names) for fn in nodes}
 node_types = {type(fn).__name__ for fn in nodes}
 assert node_types == {"MseLossBackward0", "AddmmBackward0", "ReluBackward0", "TBackward0", "AccumulateGrad"}
 assert sorted(labels[id(fn)] for fn in nodes if hasattr(fn, "variable")) == [
-    "AccumulateGrad(0.bias)", "AccumulateGrad(0.weight)", "AccumulateGrad(2.bias)", "AccumulateGrad(2.weight)"
+    "AccumulateGrad(0.bias)",
+    "AccumulateGrad(0.weight)",
+    "AccumulateGrad(2.bias)",
+    "AccumulateGrad(2.weight)",
 ]
 assert len(nodes) == 10 and len(edges) == 9 and max(row.values()) == 5
 
@@ -985,12 +1021,22 @@ for r in range(n_rows):
     for i, fn in enumerate(in_row):
         pos[id(fn)] = ((i + 1) / (len(in_row) + 1), 1 - (r + 0.5) / n_rows)  # row 0 (the loss) on top
 for parent, child in edges:
-    ax.annotate("", xy=pos[id(child)], xytext=pos[id(parent)],
-                arrowprops=dict(arrowstyle="-|>", color="gray", shrinkA=14, shrinkB=14))
+    ax.annotate(
+        "",
+        xy=pos[id(child)],
+        xytext=pos[id(parent)],
+        arrowprops=dict(arrowstyle="-|>", color="gray", shrinkA=14, shrinkB=14),
+    )
 for fn in nodes:
     leaf = hasattr(fn, "variable")
-    ax.text(*pos[id(fn)], labels[id(fn)], ha="center", va="center", fontsize=8,
-            bbox=dict(boxstyle="round", facecolor="#cde8c9" if leaf else "#dbe5f4", edgecolor="gray"))
+    ax.text(
+        *pos[id(fn)],
+        labels[id(fn)],
+        ha="center",
+        va="center",
+        fontsize=8,
+        bbox=dict(boxstyle="round", facecolor="#cde8c9" if leaf else "#dbe5f4", edgecolor="gray"),
+    )
 ax.set_title("Backward graph of F.mse_loss(mlp(x), y), walked from loss.grad_fn")
 ax.set(xlim=(0, 1), ylim=(0, 1))
 ax.axis("off")
@@ -1053,6 +1099,7 @@ ex.check(1, answer_1)
 # about which tensor the hook must hang on, and what the hook must return. When `t` does not require grad there
 # is nothing to scale: return it unchanged.
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
 def scale_grad(t: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -1077,6 +1124,7 @@ ex.check(2, scale_grad)
 # `loss_fn(model(x)).backward()`, remove the hooks, and return the contributions of the `N` samples of `x`, shape
 # `(N, out_features, in_features)`, computed without a loop by broadcasting (notebook 01, section 7). They add up
 # to `layer.weight.grad`.
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

@@ -62,7 +62,16 @@ from torch.utils.tensorboard import SummaryWriter
 from torchvision.transforms import v2
 from torchvision.utils import make_grid
 
-from utils import REPO_ROOT, get_device, plot_curves, plot_image_grid, plot_matrix, relpath, seed_everything, show_warning
+from utils import (
+    REPO_ROOT,
+    get_device,
+    plot_curves,
+    plot_image_grid,
+    plot_matrix,
+    relpath,
+    seed_everything,
+    show_warning,
+)
 from utils.data import (
     MNIST_MEAN,
     MNIST_SOURCE_DIR,
@@ -150,6 +159,7 @@ except RuntimeError as err:
 #
 # Note the two lengths: `len(dataset)` counts samples, `len(loader)` counts batches (steps).
 
+
 # %%
 class MyDataset(Dataset):  # the notes' example
     def __init__(self, length):
@@ -181,6 +191,7 @@ assert len(DataLoader(ds, batch_size=4)) == 3 and len(DataLoader(ds, batch_size=
 #   because the notes' `__getitem__` never checks its index: the loader happily returns 20 batches, the last
 #   ones made of samples that do not exist. Without `__len__`, `len(loader)` also fails.
 
+
 # %%
 class MySampler(Sampler):  # the notes' batch sampler: yields a list of indices per batch
     def __init__(self, batch_nums):
@@ -196,7 +207,7 @@ def collect(samples):
     return samples
 
 
-for batch in DataLoader(ds, batch_sampler=MySampler(2), collate_fn=collect):
+for _batch in DataLoader(ds, batch_sampler=MySampler(2), collate_fn=collect):
     pass
 batches = list(DataLoader(ds, batch_sampler=MySampler(20), collate_fn=lambda s: s))
 print("batches from a 10-item dataset:", len(batches), "| last batch:", [b.tolist() for b in batches[-1]])
@@ -209,6 +220,7 @@ assert len(batches) == 20 and batches[-1][1].tolist() == [-40, -40]  # "sample 2
 # %% [markdown]
 # The fix: the dataset checks its index (like a list, it raises `IndexError`), and the batch sampler knows
 # its length and stays inside the data. `NegatedPairs` in `utils/data.py` is the notes' dataset with the check.
+
 
 # %%
 class PairSampler(Sampler[list[int]]):
@@ -257,14 +269,19 @@ for kwargs in (dict(shuffle=True, sampler=SequentialSampler(ds)), dict(batch_siz
         DataLoader(ds, **kwargs)
     except ValueError as err:
         print(f"{sorted(kwargs)}: {type(err).__name__} -> {err}")
-print("shuffle=True uses a", type(DataLoader(ds, shuffle=True).sampler).__name__,
-      "| shuffle=False uses a", type(DataLoader(ds).sampler).__name__)
+print(
+    "shuffle=True uses a",
+    type(DataLoader(ds, shuffle=True).sampler).__name__,
+    "| shuffle=False uses a",
+    type(DataLoader(ds).sampler).__name__,
+)
 assert isinstance(DataLoader(ds, shuffle=True).sampler, RandomSampler)
 
 # %% [markdown]
 # A seeded `generator` makes the shuffled order repeatable without touching the global random state.
 # `collate_fn` is where batches of samples of different sizes are made rectangular, for example by padding
 # variable-length sequences and returning their lengths:
+
 
 # %%
 def epoch_order(seed):
@@ -347,10 +364,15 @@ assert abs(drawn[0].item() - 500) < 60
 # %%
 for obj in (MyDataset(3), NegatedPairs(3)):
     blob = pickle.dumps(obj)
-    print(f"{type(obj).__name__:12} is pickled as a reference to module",
-          "'__main__'" if b"__main__" in blob else "'utils.data'" if b"utils.data" in blob else "?")
-fresh = subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"],
-                       input=pickle.dumps(MyDataset(3)), capture_output=True)
+    print(
+        f"{type(obj).__name__:12} is pickled as a reference to module",
+        "'__main__'" if b"__main__" in blob else "'utils.data'" if b"utils.data" in blob else "?",
+    )
+fresh = subprocess.run(
+    [sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"],
+    input=pickle.dumps(MyDataset(3)),
+    capture_output=True,
+)
 print("a fresh interpreter says:", fresh.stderr.decode().strip().splitlines()[-1].split(" on <module")[0])
 assert fresh.returncode != 0 and b"Can't get attribute 'MyDataset'" in fresh.stderr
 print("this kernel starts workers with:", torch.multiprocessing.get_start_method())
@@ -362,10 +384,16 @@ print("this kernel starts workers with:", torch.multiprocessing.get_start_method
 # from torch and from NumPy in that worker; `seed_worker` is the `worker_init_fn` recipe from PyTorch's
 # reproducibility guide. The demo is tiny because starting processes costs time.
 
+
 # %%
 def worker_rows(seed):
-    loader = DataLoader(WorkerTagged(8), batch_size=2, num_workers=2, worker_init_fn=seed_worker,
-                        generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(
+        WorkerTagged(8),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=seed_worker,
+        generator=torch.Generator().manual_seed(seed),
+    )
     return [tuple(int(v) for v in row) for batch in loader for row in zip(*batch)]
 
 
@@ -403,8 +431,10 @@ print(type(x0).__name__, tuple(x0.shape), x0.dtype, f"min {x0.min():.4f} max {x0
 show_warning(v2.ToTensor, UserWarning, "deprecated")  # the notes' ToTensor(): use ToImage + ToDtype
 pixels = train_set.data[:1000].double() / 255
 half, ours = (pixels - 0.5) / 0.5, (pixels - mean) / std
-print(f"Normalize(0.5, 0.5): mean {half.mean():.2f}, std {half.std():.2f} | "
-      f"Normalize({mean}, {std}): mean {ours.mean():.2f}, std {ours.std():.2f}")
+print(
+    f"Normalize(0.5, 0.5): mean {half.mean():.2f}, std {half.std():.2f} | "
+    f"Normalize({mean}, {std}): mean {ours.mean():.2f}, std {ours.std():.2f}"
+)
 assert abs(ours.mean()) < 0.05 and abs(ours.std() - 1) < 0.05 and half.mean() < -0.7
 
 # %% [markdown]
@@ -457,8 +487,11 @@ print("equal to the v2 pipeline:", True)
 
 fast = tensor_loader(x_train, y_train, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
 fx, fy = next(iter(fast))
-print("same first batch as the per-sample loader above:", torch.equal(fx.cpu(), images) and torch.equal(fy.cpu(), labels))
+print(
+    "same first batch as the per-sample loader above:", torch.equal(fx.cpu(), images) and torch.equal(fy.cpu(), labels)
+)
 assert torch.equal(fx.cpu(), images) and torch.equal(fy.cpu(), labels)
+
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -472,8 +505,9 @@ def samples_per_s(loader, n_batches):
     return n / (time.perf_counter() - start)
 
 
-pil_loader = DataLoader(train_tf, batch_size=128, shuffle=True, pin_memory=device.type == "cuda",
-                        generator=torch.Generator().manual_seed(0))
+pil_loader = DataLoader(
+    train_tf, batch_size=128, shuffle=True, pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(0)
+)
 slow_rate = samples_per_s(pil_loader, 20)
 fast_rate = samples_per_s(tensor_loader(x_train, y_train, batch_size=128, shuffle=True), 469)
 print(f"per-sample PIL pipeline: {slow_rate:9,.0f} samples/s")
@@ -540,7 +574,7 @@ else:
 image = torch.arange(25.0).view(1, 1, 5, 5)
 kernel = torch.tensor([[[[1.0, 0.0, -1.0]] * 3]])  # 3x3, responds to left-right changes
 out = F.conv2d(image, kernel)
-by_hand = torch.tensor([[(image[0, 0, i:i + 3, j:j + 3] * kernel[0, 0]).sum() for j in range(3)] for i in range(3)])
+by_hand = torch.tensor([[(image[0, 0, i : i + 3, j : j + 3] * kernel[0, 0]).sum() for j in range(3)] for i in range(3)])
 print("input 5x5 -> output", tuple(out.shape[-2:]), "| by hand:", by_hand.tolist())
 assert torch.equal(out[0, 0], by_hand)
 
@@ -550,7 +584,7 @@ def conv_out(n, k, s=1, p=0):
     return (n + 2 * p - k) // s + 1
 
 
-for (k, s_, p_) in [(3, 1, 0), (3, 1, 1), (3, 2, 1), (2, 2, 0)]:
+for k, s_, p_ in [(3, 1, 0), (3, 1, 1), (3, 2, 1), (2, 2, 0)]:
     got = F.conv2d(torch.zeros(1, 1, 28, 28), torch.zeros(1, 1, k, k), stride=s_, padding=p_).shape[-1]
     print(f"n=28, k={k}, s={s_}, p={p_}: formula {conv_out(28, k, s_, p_)}, conv2d gives {got}")
     assert got == conv_out(28, k, s_, p_)
@@ -589,6 +623,7 @@ plt.show()
 # has to be deleted again. A **forward hook** (notebook 03) does the same from outside, on any model, and is
 # removed afterwards. Hooks see modules, so `F.relu` and `F.max_pool2d` calls do not appear; their effect
 # shows in the next layer's shape.
+
 
 # %%
 class Net(nn.Module):  # the notes' MNIST model; `softmax=True` is the notes' (wrong) output, see section 11
@@ -638,8 +673,11 @@ def shape_report(model, x):
     handles = []
     for name, module in model.named_modules():
         if name and not list(module.children()):
-            handles.append(module.register_forward_hook(
-                lambda mod, inp, out, name=name: print(f"  {name:18} {type(mod).__name__:12} -> {list(out.shape)}")))
+            handles.append(
+                module.register_forward_hook(
+                    lambda mod, inp, out, name=name: print(f"  {name:18} {type(mod).__name__:12} -> {list(out.shape)}")
+                )
+            )
     try:
         with torch.no_grad():
             out = model(x)
@@ -677,8 +715,12 @@ whole_channels = bool(((per_channel == 0).all(2) | (per_channel == 2).all(2)).al
 zeroed = int((per_channel == 0).all(2).sum())
 print(f"Dropout2d on [4, 8, 5, 5]: {zeroed} of 32 channels zeroed whole, every other value doubled")
 assert whole_channels
-print("fc1 holds", f"{CNNnet().fc1.weight.numel() / n_cnn:.0%}", "of CNNnet's parameters; Net has",
-      f"{n_cnn / n_net:.0f} times fewer")
+print(
+    "fc1 holds",
+    f"{CNNnet().fc1.weight.numel() / n_cnn:.0%}",
+    "of CNNnet's parameters; Net has",
+    f"{n_cnn / n_net:.0f} times fewer",
+)
 
 # %% [markdown]
 # ## 11. The notes' bug: `softmax` before `CrossEntropyLoss`
@@ -707,6 +749,7 @@ assert abs(floor - np.log(1 + 9 / np.e)) < 1e-6
 # To see the slower training cheaply: the same `Net`, the same initial weights and the same 60 batches of 32
 # training images, with and without the final softmax (SGD with momentum, as in the notes, but a larger step).
 
+
 # %%
 def short_run(softmax, steps=60, batch_size=32):
     torch.manual_seed(0)
@@ -729,8 +772,12 @@ def short_run(softmax, steps=60, batch_size=32):
 
 losses_sm, acc_sm = short_run(softmax=True)
 losses_lg, acc_lg = short_run(softmax=False)
-fig = plot_curves({"softmax + CrossEntropyLoss (notes)": losses_sm, "logits + CrossEntropyLoss": losses_lg},
-                  xlabel="step", ylabel="training loss", title="Net, 60 steps of 32 images")
+fig = plot_curves(
+    {"softmax + CrossEntropyLoss (notes)": losses_sm, "logits + CrossEntropyLoss": losses_lg},
+    xlabel="step",
+    ylabel="training loss",
+    title="Net, 60 steps of 32 images",
+)
 plt.show()
 late_sm, late_lg = np.mean(losses_sm[-20:]), np.mean(losses_lg[-20:])
 print(f"softmax: last-20-step loss above 2.0: {late_sm > 2.0}, test accuracy below 60%: {acc_sm < 0.6}")
@@ -760,6 +807,7 @@ assert late_sm > 2.0 and late_lg < 1.2 and acc_lg > acc_sm + 0.2
 #
 # One training step is five lines: clear the old gradients, forward, loss, backward, update.
 
+
 # %%
 def conv_block(c_in, c_out, pool=True):
     layers = [nn.Conv2d(c_in, c_out, 3, bias=False)] + ([nn.MaxPool2d(2)] if pool else [])
@@ -767,13 +815,15 @@ def conv_block(c_in, c_out, pool=True):
 
 
 def course_model():
-    model = nn.Sequential(OrderedDict(
-        block1=conv_block(1, 16),               # 28 -> 26 -> 13
-        block2=conv_block(16, 32),              # 13 -> 11 -> 5
-        block3=conv_block(32, 64, pool=False),  # 5 -> 3
-        flatten=nn.Flatten(),
-        head=nn.Linear(64 * 3 * 3, 10),         # logits
-    ))
+    model = nn.Sequential(
+        OrderedDict(
+            block1=conv_block(1, 16),  # 28 -> 26 -> 13
+            block2=conv_block(16, 32),  # 13 -> 11 -> 5
+            block3=conv_block(32, 64, pool=False),  # 5 -> 3
+            flatten=nn.Flatten(),
+            head=nn.Linear(64 * 3 * 3, 10),  # logits
+        )
+    )
     return model.to(memory_format=torch.channels_last)
 
 
@@ -792,11 +842,11 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 xb, yb = x_train[:128], y_train[:128]
 losses = []
 for _ in range(3):
-    optimizer.zero_grad()          # 1. forget the previous gradients (they accumulate)
-    outputs = model(xb)            # 2. forward: logits [128, 10]
-    loss = loss_fn(outputs, yb)    # 3. one number to minimise
-    loss.backward()                # 4. gradients of the loss with respect to every parameter
-    optimizer.step()               # 5. update the parameters
+    optimizer.zero_grad()  # 1. forget the previous gradients (they accumulate)
+    outputs = model(xb)  # 2. forward: logits [128, 10]
+    loss = loss_fn(outputs, yb)  # 3. one number to minimise
+    loss.backward()  # 4. gradients of the loss with respect to every parameter
+    optimizer.step()  # 5. update the parameters
     losses.append(loss.item())
 print("loss of three steps on the same batch:", [f"{v:.1f}" for v in losses])
 assert n_course == 29_178 and losses[0] > losses[1] > losses[2]
@@ -832,9 +882,13 @@ out_train = layers(batch)
 running_mean = layers[0].running_mean.clone()
 layers.eval()
 out_eval = layers(batch)
-print(f"train mode: {int((out_train == 0).sum())} of 32 values dropped; running mean moved from 0 to {running_mean.mean():.1f}")
-print(f"eval mode:  {int((out_eval == 0).sum())} dropped; output for image 0 alone equals its output in the batch:",
-      torch.allclose(layers(batch[:1]), out_eval[:1]))
+print(
+    f"train mode: {int((out_train == 0).sum())} of 32 values dropped; running mean moved from 0 to {running_mean.mean():.1f}"
+)
+print(
+    f"eval mode:  {int((out_eval == 0).sum())} dropped; output for image 0 alone equals its output in the batch:",
+    torch.allclose(layers(batch[:1]), out_eval[:1]),
+)
 assert (out_train == 0).sum() > 0 and (out_eval == 0).sum() == 0
 assert torch.equal(layers[0].running_mean, running_mean)  # eval mode leaves the running averages alone
 assert torch.allclose(layers(batch[:1]), out_eval[:1])
@@ -892,9 +946,11 @@ def check_finite(loss, xb, model, where):
     if bad_inputs:
         cause = f"its input holds {bad_inputs} NaN or infinite value(s): check the data"
     elif bad_tensors:
-        cause = (f"its input is finite, but the model holds NaN or infinity in {', '.join(bad_tensors[:3])}: rebuild "
-                 "it (BatchNorm's running statistics keep a NaN batch seen in training; NaN weights come from a "
-                 "diverged training: lower the learning rate)")
+        cause = (
+            f"its input is finite, but the model holds NaN or infinity in {', '.join(bad_tensors[:3])}: rebuild "
+            "it (BatchNorm's running statistics keep a NaN batch seen in training; NaN weights come from a "
+            "diverged training: lower the learning rate)"
+        )
     else:
         cause = "its input and the model are finite, so the model's outputs overflowed: try a lower learning rate"
     raise FloatingPointError(f"{where}: the loss is {loss}; {cause}")
@@ -903,8 +959,10 @@ def check_finite(loss, xb, model, where):
 def train_steps(model, batches, optimizer, scheduler):
     ours = {id(p) for p in model.parameters()}
     if any(id(p) not in ours for group in optimizer.param_groups for p in group["params"]):
-        raise ValueError("the optimizer holds parameters that are not this model's, so training would never change "
-                         "it: build the optimizer again from model.parameters(), and the scheduler from that optimizer")
+        raise ValueError(
+            "the optimizer holds parameters that are not this model's, so training would never change "
+            "it: build the optimizer again from model.parameters(), and the scheduler from that optimizer"
+        )
     model.train()  # BatchNorm: batch statistics; Dropout: on
     loss_sum, correct, seen, step_losses = 0.0, 0, 0, []
     for i, (xb, yb) in enumerate(batches):
@@ -947,7 +1005,9 @@ print(f"training images: {len(train_idx):,} | validation images: {len(val_idx):,
 assert len(torch.unique(split)) == 60_000  # a partition: no image in both parts
 
 smoothed = torch.full((10,), 0.01).index_fill(0, torch.tensor([3]), 0.91)  # the target of an image of a 3
-print(f"smoothed target sums to {smoothed.sum():.2f}; loss floor = its entropy = {-(smoothed * smoothed.log()).sum():.2f}")
+print(
+    f"smoothed target sums to {smoothed.sum():.2f}; loss floor = its entropy = {-(smoothed * smoothed.log()).sum():.2f}"
+)
 assert abs(loss_fn(smoothed.log()[None], torch.tensor([3])) + (smoothed * smoothed.log()).sum()) < 1e-6
 
 # %% [markdown]
@@ -979,20 +1039,30 @@ assert nan_images == 1 and str(stopped.value).startswith("evaluation batch 1: th
 seed_everything(0)
 model = course_model().to(device)
 EPOCHS, CHECKS, BATCH, MAX_LR = 1, 4, 128, 0.02
-train_loader = tensor_loader(x_train[train_idx], y_train[train_idx], batch_size=BATCH, shuffle=True,
-                             generator=torch.Generator().manual_seed(0))
+train_loader = tensor_loader(
+    x_train[train_idx], y_train[train_idx], batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0)
+)
 val_loader = tensor_loader(x_train[val_idx], y_train[val_idx], batch_size=1000)
-optimizer = torch.optim.AdamW(model.parameters(), lr=MAX_LR, betas=(0.9, 0.99), weight_decay=1e-4,
-                              fused=device.type in ("cpu", "cuda"))
+optimizer = torch.optim.AdamW(
+    model.parameters(), lr=MAX_LR, betas=(0.9, 0.99), weight_decay=1e-4, fused=device.type in ("cpu", "cuda")
+)
 total_steps = EPOCHS * len(train_loader)
 steps_per_check = -(-total_steps // CHECKS)  # rounded up: 108, 108, 108 and the last 106 steps
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=MAX_LR, total_steps=total_steps)
 writer = SummaryWriter(str(RUN_DIR / "tensorboard"))
 
-history = {"step": [], "train_loss": [], "train_acc": [], "val_loss": [], "val_acc": [], "seconds": [], "cpu_seconds": []}
+history = {
+    "step": [],
+    "train_loss": [],
+    "train_acc": [],
+    "val_loss": [],
+    "val_acc": [],
+    "seconds": [],
+    "cpu_seconds": [],
+}
 step_losses = []
 batches = (batch for _ in range(EPOCHS) for batch in train_loader)  # every batch of every epoch, in order
-for check in range(1, CHECKS + 1):
+for _check in range(CHECKS):
     start, cpu_start = time.perf_counter(), time.process_time()
     train_loss, train_acc, losses = train_steps(model, itertools.islice(batches, steps_per_check), optimizer, scheduler)
     history["seconds"].append(time.perf_counter() - start)
@@ -1000,8 +1070,9 @@ for check in range(1, CHECKS + 1):
     val_loss, val_acc = evaluate(model, val_loader)
     step_losses += losses
     step = scheduler.last_epoch  # steps taken so far
-    for key, value in zip(("step", "train_loss", "train_acc", "val_loss", "val_acc"),
-                          (step, train_loss, train_acc, val_loss, val_acc)):
+    for key, value in zip(
+        ("step", "train_loss", "train_acc", "val_loss", "val_acc"), (step, train_loss, train_acc, val_loss, val_acc)
+    ):
         history[key].append(value)
     writer.add_scalars("loss", {"train": train_loss, "validation": val_loss}, step)
     writer.add_scalar("accuracy/train", train_acc, step)
@@ -1028,13 +1099,18 @@ assert test_acc >= 0.99
 # NBVAL_IGNORE_OUTPUT
 train_seconds, cpu_seconds = sum(history["seconds"]), sum(history["cpu_seconds"])
 for c in range(CHECKS):
-    print(f"check {c + 1} (step {history['step'][c]}): {history['seconds'][c]:5.1f} s, "
-          f"train loss {history['train_loss'][c]:.4f}, validation loss {history['val_loss'][c]:.4f}, "
-          f"validation accuracy {history['val_acc'][c]:.2%}")
+    print(
+        f"check {c + 1} (step {history['step'][c]}): {history['seconds'][c]:5.1f} s, "
+        f"train loss {history['train_loss'][c]:.4f}, validation loss {history['val_loss'][c]:.4f}, "
+        f"validation accuracy {history['val_acc'][c]:.2%}"
+    )
 print(f"test accuracy {test_acc:.2%}")
-print(f"training time: {train_seconds:.1f} s ({cpu_seconds:.1f} s of CPU time, "
-      f"{EPOCHS * len(train_idx) / train_seconds:,.0f} images/s) on {device.type}, torch threads: {torch.get_num_threads()}")
+print(
+    f"training time: {train_seconds:.1f} s ({cpu_seconds:.1f} s of CPU time, "
+    f"{EPOCHS * len(train_idx) / train_seconds:,.0f} images/s) on {device.type}, torch threads: {torch.get_num_threads()}"
+)
 assert 0 < train_seconds < 600 and test_acc >= 0.99
+
 
 def cpu_seconds_per_step(net, steps=8):
     """CPU time (not wall time: other programs do not count) of the fastest of `steps` training steps on a
@@ -1054,7 +1130,9 @@ def cpu_seconds_per_step(net, steps=8):
 if device.type == "cpu":
     t_last = cpu_seconds_per_step(course_model())
     t_first = cpu_seconds_per_step(course_model().to(memory_format=torch.contiguous_format))
-    print(f"fastest of 8 steps: channels-last {t_last * 1000:.0f} ms, channels-first {t_first * 1000:.0f} ms of CPU time")
+    print(
+        f"fastest of 8 steps: channels-last {t_last * 1000:.0f} ms, channels-first {t_first * 1000:.0f} ms of CPU time"
+    )
 
 # %% [markdown]
 # ## 14. Curves, confusion matrix and the digits it gets wrong
@@ -1075,11 +1153,19 @@ ax.plot(history["step"], history["val_loss"], "s-", label="validation loss at th
 ax.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="Loss of the course model")
 ax.legend()
 plt.show()
-plot_curves({"train": history["train_acc"], "validation": history["val_acc"]}, xlabel="validation check",
-            ylabel="accuracy", title="accuracy")
+plot_curves(
+    {"train": history["train_acc"], "validation": history["val_acc"]},
+    xlabel="validation check",
+    ylabel="accuracy",
+    title="accuracy",
+)
 plt.show()
-print("steps logged:", len(step_losses), "| check 1: validation loss below the mean training loss:",
-      history["val_loss"][0] < history["train_loss"][0])
+print(
+    "steps logged:",
+    len(step_losses),
+    "| check 1: validation loss below the mean training loss:",
+    history["val_loss"][0] < history["train_loss"][0],
+)
 print(f"validation loss fell from check 1 to {CHECKS}:", history["val_loss"][-1] < history["val_loss"][0])
 assert len(step_losses) == total_steps
 assert history["val_loss"][0] < history["train_loss"][0] and history["val_loss"][-1] < history["val_loss"][0]
@@ -1102,15 +1188,23 @@ assert confusion.trace().item() == round(test_acc * 10000)
 print("test images per digit (row sums):", confusion.sum(1).tolist())
 print("diagonal / 10000 equals the test accuracy:", confusion.trace().item() / 10000 == test_acc)
 errors_only = confusion - torch.diag(confusion.diag())
-plot_matrix(errors_only, xlabels=[str(i) for i in range(10)], ylabels=[str(i) for i in range(10)],
-            title="test errors (rows: true, columns: predicted; diagonal removed)", cmap="Reds", annotate=True)
+plot_matrix(
+    errors_only,
+    xlabels=[str(i) for i in range(10)],
+    ylabels=[str(i) for i in range(10)],
+    title="test errors (rows: true, columns: predicted; diagonal removed)",
+    cmap="Reds",
+    annotate=True,
+)
 plt.show()
 
 # %%
 wrong = (preds != targets).nonzero().squeeze(1)
 show_idx = wrong[:24]
 mistakes = (x_test[show_idx.to(device)].cpu() * std + mean).clamp(0, 1)
-plot_image_grid(mistakes, titles=[f"true {t} → {p}" for t, p in zip(targets[show_idx].tolist(), preds[show_idx].tolist())])
+plot_image_grid(
+    mistakes, titles=[f"true {t} → {p}" for t, p in zip(targets[show_idx].tolist(), preds[show_idx].tolist())]
+)
 plt.show()
 print("misclassified test digits fewer than 100:", len(wrong) < 100)
 assert len(wrong) == 10000 - confusion.trace().item()
@@ -1131,14 +1225,19 @@ assert len(wrong) == 10000 - confusion.trace().item()
 writer.add_image("misclassified", make_grid(mistakes, nrow=8), global_step=total_steps)
 model.eval()
 show_warning(lambda: writer.add_graph(model, x_test[:2]), FutureWarning, "jit.trace")
-writer.add_hparams({"epochs": EPOCHS, "batch_size": BATCH, "max_lr": MAX_LR, "optimizer": "AdamW"},
-                   {"hparam/test_accuracy": test_acc}, run_name=".")
+writer.add_hparams(
+    {"epochs": EPOCHS, "batch_size": BATCH, "max_lr": MAX_LR, "optimizer": "AdamW"},
+    {"hparam/test_accuracy": test_acc},
+    run_name=".",
+)
 writer.close()
 
 events = read_events(RUN_DIR / "tensorboard")
 print("scalars:", sorted(events.scalars))
 print("checks logged per scalar:", sorted({len(v) for k, v in events.scalars.items() if not k.startswith("hparam")}))
-print("images:", events.images, "| graph logged:", events.graph_nodes > 0, "| hparams records:", len(events.hparams) > 0)
+print(
+    "images:", events.images, "| graph logged:", events.graph_nodes > 0, "| hparams records:", len(events.hparams) > 0
+)
 assert {"accuracy/validation", "accuracy/train", "lr", "hparam/test_accuracy"} <= set(events.scalars)
 assert events.images == {"misclassified": 1} and events.graph_nodes > 0 and events.hparams
 
@@ -1221,6 +1320,7 @@ ex.check(1, answer_1)
 # epoch, and a loader whose last batch is smaller than the others. The notes warn that `model.eval()` is not `torch.no_grad()`; section 13 says what each
 # one does, and evaluation needs both.
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
 def evaluate_classifier(model: nn.Module, loader) -> tuple[float, float]:
@@ -1244,6 +1344,7 @@ ex.check(2, evaluate_classifier)
 #
 # A question to think about (not checked): the notes warn that accumulation does not mix well with BatchNorm. Why
 # would it not equal one big batch for a model with `BatchNorm2d`, even with the right scaling?
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

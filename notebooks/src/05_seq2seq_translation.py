@@ -54,7 +54,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from utils.seq2seq import EOS_token, MAX_LENGTH, PAD_token, SOS_token, Lang, normalize_string
+from utils.seq2seq import MAX_LENGTH, EOS_token, Lang, PAD_token, SOS_token, normalize_string
 
 assert (PAD_token, SOS_token, EOS_token, MAX_LENGTH) == (0, 1, 2, 13)
 
@@ -63,9 +63,8 @@ import re  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from utils import get_device, plot_curves, relpath, seed_everything  # noqa: E402
 from tools import translation_corpus as tc  # noqa: E402
-from utils.shipped import is_shipped  # noqa: E402
+from utils import get_device, plot_curves, relpath, seed_everything  # noqa: E402
 from utils.seq2seq import (  # noqa: E402
     COMPOSITIONAL_FILE,
     CORPUS_FILE,
@@ -81,6 +80,7 @@ from utils.seq2seq import (  # noqa: E402
     read_pairs,
     split_pairs,
 )
+from utils.shipped import is_shipped  # noqa: E402
 
 seed_everything(0)
 device = get_device()
@@ -98,7 +98,7 @@ print("device:", device.type)
 
 # %%
 tc.import_pyrealb()  # pyrealb leaves its lexicon files open: this import hides those ResourceWarnings (see its docstring)
-from pyrealb import A, D, N, NP, S, V, VP, Pro, loadEn, loadFr  # noqa: E402
+from pyrealb import NP, VP, A, D, N, Pro, S, V, loadEn, loadFr  # noqa: E402
 
 
 def she_sees_black_cats(tense_fr: str, tense_en: str, typ: dict, pronoun: bool = False) -> tuple[str, str]:
@@ -111,8 +111,12 @@ def she_sees_black_cats(tense_fr: str, tense_en: str, typ: dict, pronoun: bool =
     return fr.strip(), en.strip()
 
 
-examples = [("p", "p", {}, False), ("pc", "ps", {"neg": True}, False), ("f", "f", {"int": "yon"}, False),
-            ("pc", "ps", {"neg": True}, True)]
+examples = [
+    ("p", "p", {}, False),
+    ("pc", "ps", {"neg": True}, False),
+    ("f", "f", {"int": "yon"}, False),
+    ("pc", "ps", {"neg": True}, True),
+]
 for args in examples:
     fr, en = she_sees_black_cats(*args)
     print(f"{fr:38} {en}")
@@ -177,7 +181,10 @@ def notes_normalize(s: str) -> str:  # the notes' unicodeToAscii + normalizeStri
 sentence = "Ma sœur n'est-elle pas là ?"
 print("notes :", repr(notes_normalize(sentence)))
 print("course:", repr(normalize_string(sentence)))
-assert notes_normalize(sentence) == "ma s ur n est elle pas la ?" and normalize_string(sentence) == "ma soeur n est elle pas la ?"
+assert (
+    notes_normalize(sentence) == "ma s ur n est elle pas la ?"
+    and normalize_string(sentence) == "ma soeur n est elle pas la ?"
+)
 
 # %% [markdown]
 # `read_pairs` is the notes' `readLangs`: it reads the tab-separated file, normalises both sides and, with
@@ -245,9 +252,14 @@ assert not train_src & {a for a, _ in comp}
 
 # %%
 blue_bicycle = re.compile(r"\bvelos? bleus?\b")
-print("training sentences with 'velo':", sum(re.search(r"\bvelos?\b", a) is not None for a, _ in train),
-      "| with 'bleu':", sum(re.search(r"\bbleue?s?\b", a) is not None for a, _ in train),
-      "| with 'velo(s) bleu(s)':", sum(blue_bicycle.search(a) is not None for a, _ in train))
+print(
+    "training sentences with 'velo':",
+    sum(re.search(r"\bvelos?\b", a) is not None for a, _ in train),
+    "| with 'bleu':",
+    sum(re.search(r"\bbleue?s?\b", a) is not None for a, _ in train),
+    "| with 'velo(s) bleu(s)':",
+    sum(blue_bicycle.search(a) is not None for a, _ in train),
+)
 example = next((fr, en, cats) for fr, en, cats in comp_rows if blue_bicycle.search(fr))
 print("compositional:", example)
 assert not any(blue_bicycle.search(a) for a, _ in train)
@@ -299,6 +311,7 @@ assert (batch.src == PAD_token).sum() == sum(batch.src.shape[1] - n for n in bat
 # encoder is the notes' `EncoderRNN` (a word **embedding (词嵌入)** of size `hidden_size`, one GRU layer) with that
 # change, reading the whole batch in one call instead of one word per call:
 
+
 # %%
 # Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 class Encoder(nn.Module):
@@ -312,8 +325,9 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``src [B, S]`` -> outputs ``[B, S, H]`` (zeros at padding) and the final state ``[1, B, H]``."""
-        packed = nn.utils.rnn.pack_padded_sequence(self.embedding(src), lengths.cpu(), batch_first=True,
-                                                   enforce_sorted=False)  # lengths must be on the CPU
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.embedding(src), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )  # lengths must be on the CPU
         outputs, hidden = self.gru(packed)
         outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs, batch_first=True, total_length=src.shape[1])
         return outputs, hidden
@@ -327,11 +341,11 @@ encoder = Encoder(input_lang.n_words, 16)
 outputs, hidden = encoder(batch.src, batch.src_lengths)
 short = int(batch.src_lengths.argmin())
 n = int(batch.src_lengths[short])
-alone_out, alone_hidden = encoder(batch.src[short:short + 1, :n], batch.src_lengths[short:short + 1])
+alone_out, alone_hidden = encoder(batch.src[short : short + 1, :n], batch.src_lengths[short : short + 1])
 torch.testing.assert_close(hidden[:, short], alone_hidden[:, 0])  # padding did not touch the final state
 torch.testing.assert_close(outputs[short, n - 1], hidden[0, short])  # the last real output IS the final state
 assert torch.all(outputs[short, n:] == 0)
-_, unpacked_hidden = encoder.gru(encoder.embedding(batch.src[short:short + 1]))  # the GRU run over the <pad> too
+_, unpacked_hidden = encoder.gru(encoder.embedding(batch.src[short : short + 1]))  # the GRU run over the <pad> too
 drift = (unpacked_hidden[0, 0] - alone_hidden[0, 0]).abs().max().item()
 print("outputs", tuple(outputs.shape), "hidden", tuple(hidden.shape))
 print("padded outputs are zero; final state = the sentence alone = the output at its last real word")
@@ -347,14 +361,17 @@ assert drift > 0.01
 # Here is the notes' `AttnDecoderRNN`, batched (one step for a whole batch; otherwise line for line the notes'
 # `forward`, plus the check on the source length explained below):
 
+
 # %%
 # Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 def check_source_length(positions: int, max_length: int) -> None:
     """Location-based attention has one score per position up to max_length: refuse a longer source."""
     if positions > max_length:
-        raise ValueError(f"{positions} source positions, but this location-based attention scores only "
-                         f"max_length={max_length}: the rest would get no weight. Keep sources within max_length "
-                         "(filter_pairs) or build the attention with a larger max_length")
+        raise ValueError(
+            f"{positions} source positions, but this location-based attention scores only "
+            f"max_length={max_length}: the rest would get no weight. Keep sources within max_length "
+            "(filter_pairs) or build the attention with a larger max_length"
+        )
 
 
 class NotesAttnDecoderRNN(nn.Module):
@@ -372,10 +389,10 @@ class NotesAttnDecoderRNN(nn.Module):
 
     def forward(self, token, hidden, encoder_outputs):
         check_source_length(encoder_outputs.shape[1], self.max_length)  # F.pad below would crop a longer one
-        embedded = self.dropout(self.embedding(token))                                      # [B, H]
-        attn_weights = F.softmax(self.attn(torch.cat((embedded, hidden[0]), 1)), dim=1)    # [B, max_length]
+        embedded = self.dropout(self.embedding(token))  # [B, H]
+        attn_weights = F.softmax(self.attn(torch.cat((embedded, hidden[0]), 1)), dim=1)  # [B, max_length]
         padded = F.pad(encoder_outputs, (0, 0, 0, self.max_length - encoder_outputs.shape[1]))  # the notes' zero buffer
-        attn_applied = torch.bmm(attn_weights.unsqueeze(1), padded).squeeze(1)             # [B, H]
+        attn_applied = torch.bmm(attn_weights.unsqueeze(1), padded).squeeze(1)  # [B, H]
         output = F.relu(self.attn_combine(torch.cat((embedded, attn_applied), 1)))
         output, hidden = self.gru(output.unsqueeze(1), hidden)
         return F.log_softmax(self.out(output.squeeze(1)), dim=1), hidden, attn_weights
@@ -456,6 +473,7 @@ assert refused  # check_source_length, not a silent crop
 # greedy decoding, which must feed back its own words, goes one step at a time — through the same `forward`, with
 # `T = 1`.
 
+
 # %%
 # Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -484,7 +502,7 @@ class LocationAttention(nn.Module):
 
     def forward(self, states: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         check_source_length(keys.shape[1], self.score.out_features)
-        return masked_softmax(self.score(states)[..., :keys.shape[1]], mask)  # keys are not used
+        return masked_softmax(self.score(states)[..., : keys.shape[1]], mask)  # keys are not used
 
 
 class ContentAttention(nn.Module):
@@ -519,8 +537,9 @@ class Decoder(nn.Module):
         self.out = nn.Linear(hidden_size, vocab_size)
         self.attention = ATTENTION[attention](hidden_size)  # made last: the other weights start equal in all three
 
-    def forward(self, previous: torch.Tensor, hidden: torch.Tensor, encoder_outputs: torch.Tensor,
-                src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, previous: torch.Tensor, hidden: torch.Tensor, encoder_outputs: torch.Tensor, src_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``previous [B, T]`` words -> logits ``[B, T, V]``, last state ``[1, B, H]``, weights ``[B, T, S]``."""
         states, hidden = self.gru(self.dropout(self.embedding(previous)), hidden)  # all T steps in one call
         weights = self.attention(states, encoder_outputs, src_mask)
@@ -529,7 +548,10 @@ class Decoder(nn.Module):
         return logits, hidden, weights
 
 
-assert sum(p.numel() for p in Decoder(20, 8, "none").parameters()) == 20 * 8 + 2 * (3 * 8 * 8 + 3 * 8) + 16 * 8 + 8 + 8 * 20 + 20
+assert (
+    sum(p.numel() for p in Decoder(20, 8, "none").parameters())
+    == 20 * 8 + 2 * (3 * 8 * 8 + 3 * 8) + 16 * 8 + 8 + 8 * 20 + 20
+)
 
 # %% [markdown]
 # The content-based weights follow the content: permute the encoder outputs $h_j$ and the weights are permuted the
@@ -547,8 +569,10 @@ for name in ("content", "location"):
     w = attention(states, enc_out, mask)[0, 0]
     w_perm = attention(states, enc_out[:, perm], mask)[0, 0]
     follows = torch.allclose(w_perm, w[perm])
-    print(f"{name:8} weights {[round(x, 2) for x in w.tolist()]}, permuted outputs {[round(x, 2) for x in w_perm.tolist()]}:",
-          "they follow the words" if follows else "they stay on the positions")
+    print(
+        f"{name:8} weights {[round(x, 2) for x in w.tolist()]}, permuted outputs {[round(x, 2) for x in w_perm.tolist()]}:",
+        "they follow the words" if follows else "they stay on the positions",
+    )
     assert follows == (name == "content")
     padded = attention(states, enc_out, torch.tensor([[True, True, True, False, False]]))
     assert torch.all(padded[0, 0, 3:] == 0) and torch.isclose(padded.sum(), torch.tensor(1.0))
@@ -560,6 +584,7 @@ print("weights on padded positions: 0 for both")
 # what lets the decoder's GRU run over all steps at once. `greedy` decodes without a target: it feeds back its own most
 # likely word, one step at a time, until every sentence of the batch has written `<eos>`.
 
+
 # %%
 # Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
 class Seq2Seq(nn.Module):
@@ -567,8 +592,9 @@ class Seq2Seq(nn.Module):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
 
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: logits ``[B, T, V]`` for ``tgt [B, T]``, the decoder reading <sos> + tgt shifted right."""
         encoder_outputs, hidden = self.encoder(src, src_lengths)
         previous = torch.cat((torch.full_like(tgt[:, :1], SOS_token), tgt[:, :-1]), 1)
@@ -576,8 +602,9 @@ class Seq2Seq(nn.Module):
         return logits, weights
 
     @torch.no_grad()
-    def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, max_length: int = MAX_LENGTH
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def greedy(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_length: int = MAX_LENGTH
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy decoding: words ``[B, <=max_length]`` (PAD after <eos>) and attention weights ``[B, T, S]``."""
         if max_length < 1:
             raise ValueError(f"max_length must be at least 1, got {max_length}: the number of words to write at most")
@@ -597,11 +624,11 @@ class Seq2Seq(nn.Module):
         return torch.cat(words, 1), torch.cat(weights, 1)
 
 
-def build_model(attention: str, src_lang: Lang, tgt_lang: Lang, hidden_size: int = 112,
-                dropout_p: float = 0.1) -> Seq2Seq:
+def build_model(
+    attention: str, src_lang: Lang, tgt_lang: Lang, hidden_size: int = 112, dropout_p: float = 0.1
+) -> Seq2Seq:
     """Encoder + decoder with ``attention`` = "none", "location" or "content"."""
-    return Seq2Seq(Encoder(src_lang.n_words, hidden_size),
-                   Decoder(tgt_lang.n_words, hidden_size, attention, dropout_p))
+    return Seq2Seq(Encoder(src_lang.n_words, hidden_size), Decoder(tgt_lang.n_words, hidden_size, attention, dropout_p))
 
 
 assert Seq2Seq.forward.__doc__.startswith("Teacher forcing")
@@ -619,8 +646,10 @@ shared = models["none"].state_dict()
 for name, model in models.items():
     own = {k: v for k, v in model.state_dict().items() if ".attention." in k}
     same = all(torch.equal(v, model.state_dict()[k]) for k, v in shared.items())
-    print(f"{name:8} attention parameters: {sum(v.numel() for v in own.values()):5d}"
-          f" | all other weights equal to the no-attention model's: {same}")
+    print(
+        f"{name:8} attention parameters: {sum(v.numel() for v in own.values()):5d}"
+        f" | all other weights equal to the no-attention model's: {same}"
+    )
     assert same
 enc_outputs, enc_hidden = models["none"].encoder(batch.src, batch.src_lengths)
 w = models["none"].decoder.attention(torch.zeros(3, 4, 16), enc_outputs, batch.src != PAD_token)
@@ -649,6 +678,7 @@ torch.testing.assert_close(w @ enc_outputs, enc_hidden[0].unsqueeze(1).expand(-1
 #   7e-3 to 1.4e-3, in its fused form on the CPU and CUDA (`fused=True`: one kernel updates every parameter, as in
 #   notebook 04). This notebook does not compare the two optimisers on batches; section 15 measures what batching buys
 #   in speed.
+
 
 # %%
 # Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
@@ -684,9 +714,13 @@ one_by_one = [summed_loss(tiny, batch_tensors([p], input_lang, output_lang)) for
 torch.testing.assert_close(total, sum(one_by_one))
 logits, _ = tiny(batch.src, batch.src_lengths, batch.tgt)
 notes_loss = F.nll_loss(F.log_softmax(logits, -1).flatten(0, 1), batch.tgt.flatten(), ignore_index=PAD_token)
-torch.testing.assert_close(notes_loss, F.cross_entropy(logits.flatten(0, 1), batch.tgt.flatten(), ignore_index=PAD_token))
-print(f"{words} real target words in a {tuple(batch.tgt.shape)} target batch: padded loss = the sentences' losses alone;"
-      " cross_entropy(logits) = nll_loss(log_softmax(logits))")
+torch.testing.assert_close(
+    notes_loss, F.cross_entropy(logits.flatten(0, 1), batch.tgt.flatten(), ignore_index=PAD_token)
+)
+print(
+    f"{words} real target words in a {tuple(batch.tgt.shape)} target batch: padded loss = the sentences' losses alone;"
+    " cross_entropy(logits) = nll_loss(log_softmax(logits))"
+)
 
 # %% [markdown]
 # The training loop: each **epoch (轮次)** shuffles the training pairs into length-bucketed batches. The three models
@@ -694,6 +728,7 @@ print(f"{words} real target words in a {tuple(batch.tgt.shape)} target batch: pa
 # same dropout masks. `seconds()` is the clock for the timings: on the CPU it counts this process's CPU time
 # (`time.process_time`, which other programs on the machine do not inflate), on a GPU the wall time after waiting for
 # the GPU to finish (CUDA runs asynchronously, and the CPU time would only count the kernel launches).
+
 
 # %%
 # Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
@@ -704,8 +739,9 @@ class Scores(NamedTuple):
 
 
 @torch.no_grad()
-def translate(model: Seq2Seq, sentences: list[str], src_lang: Lang, tgt_lang: Lang, unknown: str = "error",
-              batch_size: int = 500) -> list[tuple[list[str], torch.Tensor]]:
+def translate(
+    model: Seq2Seq, sentences: list[str], src_lang: Lang, tgt_lang: Lang, unknown: str = "error", batch_size: int = 500
+) -> list[tuple[list[str], torch.Tensor]]:
     """Greedy translations: for each sentence, the output words and the attention ``[len(words) + 1, source + 1]``.
 
     Sentences are normalised first. A word outside ``src_lang`` raises UnknownWordError naming it (``unknown="unk"``
@@ -713,24 +749,26 @@ def translate(model: Seq2Seq, sentences: list[str], src_lang: Lang, tgt_lang: La
     refused. The model is given back in the mode it came in (training or eval).
     """
     if isinstance(sentences, str):  # a str is a sequence too: each of its letters would be translated
-        raise TypeError(f"translate() takes a list of sentences, got one str: "
-                        f"write translate(model, [{sentences!r}], ...)")
+        raise TypeError(
+            f"translate() takes a list of sentences, got one str: write translate(model, [{sentences!r}], ...)"
+        )
     was_training = model.training
     model.eval()  # dropout off: the notes forgot this, so their translations were noisy and changed from call to call
     try:
         device = next(model.parameters()).device
         results = []
         for i in range(0, len(sentences), batch_size):
-            ids = [src_lang.encode(normalize_string(s), unknown) for s in sentences[i:i + batch_size]]
+            ids = [src_lang.encode(normalize_string(s), unknown) for s in sentences[i : i + batch_size]]
             too_long = [len(x) for x in ids if len(x) > MAX_LENGTH]
             if too_long:
-                raise ValueError(f"a sentence has {too_long[0]} tokens with <eos>; "
-                                 f"this model reads at most {MAX_LENGTH}")
+                raise ValueError(
+                    f"a sentence has {too_long[0]} tokens with <eos>; this model reads at most {MAX_LENGTH}"
+                )
             src = nn.utils.rnn.pad_sequence([torch.tensor(x) for x in ids], batch_first=True, padding_value=PAD_token)
             words, weights = model.greedy(src.to(device), torch.tensor([len(x) for x in ids]))
             for row, x, w in zip(words.tolist(), ids, weights):
                 out = tgt_lang.decode(row)
-                results.append((out, w[:len(out) + 1, :len(x)].cpu()))
+                results.append((out, w[: len(out) + 1, : len(x)].cpu()))
         return results
     finally:
         model.train(was_training)  # even after an error: a training loop that calls translate() keeps its dropout
@@ -787,20 +825,31 @@ for name in NAMES:
 n_params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
 for name in NAMES:
     clipped = sum(n > 1.0 for n in runs[name]["norms"]) / len(runs[name]["norms"])
-    print(f"{NAMES[name]:15} {n_params[name]:,} parameters, {len(runs[name]['losses'])} training steps, gradient "
-          + ("clipped in fewer than 1 in 20" if clipped < 0.05 else "clipped in 1 in 20 or more"))
+    print(
+        f"{NAMES[name]:15} {n_params[name]:,} parameters, {len(runs[name]['losses'])} training steps, gradient "
+        + ("clipped in fewer than 1 in 20" if clipped < 0.05 else "clipped in 1 in 20 or more")
+    )
 assert all(r["losses"][-1] < r["losses"][0] / 4 for r in runs.values())
 assert all(sum(n > 1.0 for n in r["norms"]) < 0.05 * len(r["norms"]) for r in runs.values())
 
 # %%
-smooth = {NAMES[name]: [sum(r["losses"][i:i + 25]) / 25 for i in range(0, len(r["losses"]) - 24, 25)]
-          for name, r in runs.items()}
-plot_curves(smooth, xlabel="steps / 25", ylabel="training loss per word", logy=True,
-            title="Same data, same budget, only the attention differs")
+smooth = {
+    NAMES[name]: [sum(r["losses"][i : i + 25]) / 25 for i in range(0, len(r["losses"]) - 24, 25)]
+    for name, r in runs.items()
+}
+plot_curves(
+    smooth,
+    xlabel="steps / 25",
+    ylabel="training loss per word",
+    logy=True,
+    title="Same data, same budget, only the attention differs",
+)
 plt.show()
 final = {name: sum(r["losses"][-50:]) / 50 for name, r in runs.items()}
-print("mean loss of the last 50 steps: content-based < location-based < no attention:",
-      final["content"] < final["location"] < final["none"])
+print(
+    "mean loss of the last 50 steps: content-based < location-based < no attention:",
+    final["content"] < final["location"] < final["none"],
+)
 assert final["content"] < final["location"] < final["none"]
 
 # %% [markdown]
@@ -859,8 +908,10 @@ for sentence in ("Je mange un croissant.", "Le chat dort sur le canapé."):
 
 # %%
 clipped = sacrebleu.corpus_bleu(["the the the the"], [["the cat is here"]])
-print(f"unigrams counted as correct: {clipped.counts[0]} of {clipped.totals[0]} "
-      f"(precision {clipped.precisions[0]:.0f}%); BLEU {clipped.score:.1f}")
+print(
+    f"unigrams counted as correct: {clipped.counts[0]} of {clipped.totals[0]} "
+    f"(precision {clipped.precisions[0]:.0f}%); BLEU {clipped.score:.1f}"
+)
 assert (clipped.counts[0], clipped.totals[0]) == (1, 4)
 
 # %% [markdown]
@@ -873,8 +924,11 @@ assert (clipped.counts[0], clipped.totals[0]) == (1, 4)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-results = {(name, split): evaluate(model, data, input_lang, output_lang)
-           for name, model in models.items() for split, data in (("random", test), ("compositional", comp))}
+results = {
+    (name, split): evaluate(model, data, input_lang, output_lang)
+    for name, model in models.items()
+    for split, data in (("random", test), ("compositional", comp))
+}
 print(f"{'model':16} {'split':14} {'BLEU':>6} {'exact':>7}")
 for (name, split), s in results.items():
     print(f"{NAMES[name]:16} {split:14} {s.bleu:6.1f} {s.exact:7.1%}")
@@ -887,14 +941,21 @@ assert all(bleu["location", split] > bleu["none", split] + 15 for split in ("ran
 assert all(bleu[name, "compositional"] < bleu[name, "random"] for name in NAMES)
 
 # %%
-print("content-based, random split: BLEU >= 90 and exact match >= 80%:",
-      bleu["content", "random"] >= 90 and exact["content", "random"] >= 0.8)
+print(
+    "content-based, random split: BLEU >= 90 and exact match >= 80%:",
+    bleu["content", "random"] >= 90 and exact["content", "random"] >= 0.8,
+)
 for split, margin in (("random", 3), ("compositional", 10)):
-    print(f"{split:13} split: BLEU of content-based > location-based + {margin:2d}:",
-          bleu["content", split] > bleu["location", split] + margin,
-          "| location-based > no attention + 15:", bleu["location", split] > bleu["none", split] + 15)
-print("every model scores lower on the compositional split:",
-      all(bleu[name, "compositional"] < bleu[name, "random"] for name in NAMES))
+    print(
+        f"{split:13} split: BLEU of content-based > location-based + {margin:2d}:",
+        bleu["content", split] > bleu["location", split] + margin,
+        "| location-based > no attention + 15:",
+        bleu["location", split] > bleu["none", split] + 15,
+    )
+print(
+    "every model scores lower on the compositional split:",
+    all(bleu[name, "compositional"] < bleu[name, "random"] for name in NAMES),
+)
 
 # %% [markdown]
 # Some translations of the random test split (`✓` = exact match):
@@ -924,16 +985,19 @@ for name in NAMES:
     hypotheses = results[name, "random"].hypotheses
     for lo, hi in buckets:
         idx = [i for i, (fr, _) in enumerate(test) if lo <= len(fr.split()) <= hi]
-        by_length[name, lo] = sacrebleu.corpus_bleu([hypotheses[i] for i in idx], [[test[i][1] for i in idx]],
-                                                    force=True).score
+        by_length[name, lo] = sacrebleu.corpus_bleu(
+            [hypotheses[i] for i in idx], [[test[i][1] for i in idx]], force=True
+        ).score
         exact_by_length[name, lo] = 100 * sum(hypotheses[i] == test[i][1] for i in idx) / len(idx)
 sizes = [sum(lo <= len(fr.split()) <= hi for fr, _ in test) for lo, hi in buckets]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), layout="constrained")
 for ax, scores, label in ((axes[0], by_length, "BLEU"), (axes[1], exact_by_length, "exact match (%)")):
     for name in NAMES:
         ax.plot(range(len(buckets)), [scores[name, lo] for lo, _ in buckets], marker="o", label=NAMES[name])
-    ax.set_xticks(range(len(buckets)), labels=[f"{lo}–{hi}\n({n})" if hi > lo else f"{lo}\n({n})"
-                                              for (lo, hi), n in zip(buckets, sizes)])
+    ax.set_xticks(
+        range(len(buckets)),
+        labels=[f"{lo}–{hi}\n({n})" if hi > lo else f"{lo}\n({n})" for (lo, hi), n in zip(buckets, sizes)],
+    )
     ax.set_xlabel("French tokens in the source (test sentences, how many in brackets)")
     ax.set_ylabel(label)
 axes[0].legend()
@@ -943,10 +1007,15 @@ short_gap = by_length["content", 3] - by_length["none", 3]
 long_gap = by_length["content", 10] - by_length["none", 10]
 content_range = max(by_length["content", lo] for lo, _ in buckets) - min(by_length["content", lo] for lo, _ in buckets)
 drop = {name: exact_by_length[name, 3] - exact_by_length[name, 10] for name in NAMES}
-print(f"gap between content-based and no attention widens by more than 10 BLEU from the shortest to the longest "
-      f"sentences: {long_gap > short_gap + 10}; content-based varies by less than 10 BLEU: {content_range < 10}")
-print("exact match is lower on the longest sentences than on the shortest for every model, and content-based loses "
-      "the least:", all(d > 0 for d in drop.values()) and drop["content"] < min(drop["none"], drop["location"]))
+print(
+    f"gap between content-based and no attention widens by more than 10 BLEU from the shortest to the longest "
+    f"sentences: {long_gap > short_gap + 10}; content-based varies by less than 10 BLEU: {content_range < 10}"
+)
+print(
+    "exact match is lower on the longest sentences than on the shortest for every model, and content-based loses "
+    "the least:",
+    all(d > 0 for d in drop.values()) and drop["content"] < min(drop["none"], drop["location"]),
+)
 assert long_gap > short_gap + 10 and all(by_length["content", lo] > by_length["none", lo] for lo, _ in buckets)
 assert content_range < 10 and by_length["location", 10] < by_length["location", 6] - 5
 assert all(exact_by_length["content", lo] > exact_by_length["none", lo] + 30 for lo, _ in buckets)
@@ -968,11 +1037,12 @@ assert all(d > 0 for d in drop.values()) and drop["content"] < min(drop["none"],
 # together: `ax.set_xticks(range(n), labels=words)`. Rows are the English words produced, columns the French
 # source words (plus `<eos>`); bright cells show where the decoder looked while writing each word.
 
+
 # %%
 def show_attention(ax, source: str, output_words: list[str], attentions: torch.Tensor, title: str):
     """The notes' showAttention, with ticks and labels set together (and one Axes per call)."""
     xs, ys = normalize_string(source).split(" ") + ["<eos>"], output_words + ["<eos>"]
-    image = ax.imshow(attentions[:len(ys), :len(xs)].numpy(), cmap="bone", vmin=0, vmax=1)
+    image = ax.imshow(attentions[: len(ys), : len(xs)].numpy(), cmap="bone", vmin=0, vmax=1)
     ax.set_xticks(range(len(xs)), labels=xs, rotation=90)
     ax.set_yticks(range(len(ys)), labels=ys)
     ax.set_title(title, fontsize=9)
@@ -982,8 +1052,9 @@ def show_attention(ax, source: str, output_words: list[str], attentions: torch.T
 sentences = ["Le chien de ma sœur est noir.", "Elles regardent la voiture rouge.", "A-t-elle vu le chat noir ?"]
 fig, axes = plt.subplots(3, 3, figsize=(13, 13), layout="constrained")
 for row, name in enumerate(NAMES):
-    for col, (sentence, (words, attn)) in enumerate(zip(sentences, translate(models[name], sentences, input_lang,
-                                                                            output_lang))):
+    for col, (sentence, (words, attn)) in enumerate(
+        zip(sentences, translate(models[name], sentences, input_lang, output_lang))
+    ):
         image = show_attention(axes[row, col], sentence, words, attn, f"{NAMES[name]}:\n{' '.join(words)}")
 fig.colorbar(image, ax=axes, shrink=0.6)
 plt.show()
@@ -1040,9 +1111,11 @@ def peaks_on_aligned_word(model, data) -> tuple[int, int]:
 
 peaks = {name: peaks_on_aligned_word(models[name], test[:600]) for name in ("location", "content")}
 for name, (hits, total) in peaks.items():
-    print(f"{NAMES[name]:15} attention peaks on the aligned source word: "
-          + ("85% or more" if hits >= 0.85 * total else "70% or less" if hits <= 0.70 * total else "between 70% and 85%")
-          + f" (over more than 300 words: {total > 300})")
+    print(
+        f"{NAMES[name]:15} attention peaks on the aligned source word: "
+        + ("85% or more" if hits >= 0.85 * total else "70% or less" if hits <= 0.70 * total else "between 70% and 85%")
+        + f" (over more than 300 words: {total > 300})"
+    )
 assert peaks["content"][0] >= 0.85 * peaks["content"][1] and peaks["location"][0] <= 0.70 * peaks["location"][1]
 assert min(total for _, total in peaks.values()) > 300
 
@@ -1059,8 +1132,9 @@ print(f"{'held-out combination':20}{'pairs':>6}" + "".join(f"{NAMES[n]:>16}" for
 per_category = {}
 for cat in categories:
     idx = [i for i, (*_, cats) in enumerate(comp_rows) if cat in cats]
-    per_category[cat] = {n: sum(results[n, "compositional"].hypotheses[i] == comp[i][1] for i in idx) / len(idx)
-                         for n in NAMES}
+    per_category[cat] = {
+        n: sum(results[n, "compositional"].hypotheses[i] == comp[i][1] for i in idx) / len(idx) for n in NAMES
+    }
     print(f"{cat:20}{len(idx):6d}" + "".join(f"{per_category[cat][n]:16.1%}" for n in NAMES))
 ours = results["content", "compositional"].hypotheses
 for i in [i for i in range(len(comp)) if ours[i] != comp[i][1]][:8]:
@@ -1092,6 +1166,7 @@ assert min(per_category, key=lambda c: per_category[c]["content"]) == "verb+pron
 # the damage done by *training* only on true prefixes. Measuring that would take models trained with and without
 # their own predictions as inputs, compared free-running.
 
+
 # %%
 @torch.no_grad()
 def word_accuracy(model, data, teacher_forcing: bool) -> float:
@@ -1121,10 +1196,12 @@ for name, model in models.items():
 # The notes' `train()` runs the encoder word by word and the decoder word by word for a *single* pair, then takes an
 # optimiser step. `train_pair_notes_style` is that loop, on the same model:
 
+
 # %%
 # Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
-def train_pair_notes_style(model: Seq2Seq, src: torch.Tensor, tgt: torch.Tensor,
-                           optimizer: torch.optim.Optimizer) -> float:
+def train_pair_notes_style(
+    model: Seq2Seq, src: torch.Tensor, tgt: torch.Tensor, optimizer: torch.optim.Optimizer
+) -> float:
     """The notes' train(): one pair (1-D index tensors ending with <eos>), encoder and decoder word by word."""
     model.train()
     encoder, decoder = model.encoder, model.decoder
@@ -1161,7 +1238,7 @@ for fr, en in train[:64]:
 one_by_one_rate = 64 / (seconds() - start)
 adam = torch.optim.Adam(probe.parameters(), lr=LR, fused=device.type in ("cpu", "cuda"))
 start = seconds()
-for b in make_batches(train[:BATCH_SIZE * 8], input_lang, output_lang, BATCH_SIZE, random.Random(0)):
+for b in make_batches(train[: BATCH_SIZE * 8], input_lang, output_lang, BATCH_SIZE, random.Random(0)):
     train_step(probe, b.to(device), adam)
 batched_rate = BATCH_SIZE * 8 / (seconds() - start)
 print(f"one pair at a time: {one_by_one_rate:6.0f} pairs per second")
@@ -1243,6 +1320,7 @@ ex.check(1, answer_1)
 # `context` `[B, T, H]` is $\sum_j \alpha_{tj} h_j$. No loop is needed: two batched matrix products and a masked
 # softmax. It must work for `T = 1` too, one step of greedy decoding.
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
 def dot_attention(states: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1267,6 +1345,7 @@ ex.check(2, dot_attention)
 # Any correct way passes. To practise notebook 01, try it without a Python loop: `F.one_hot(ids, V).sum(1)` counts
 # the words of each sentence (a reduction over the positions, 01's section 3), `torch.minimum` clips, and for
 # `n = 2` each pair of neighbouring ids can first be turned into one number.
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

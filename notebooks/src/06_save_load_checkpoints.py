@@ -94,6 +94,7 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| fil
 # `0, 1, 2, …` of the parameters, so a saved optimizer state fits any new model built the same way.
 # Here is the notes' `TheModelClass`:
 
+
 # %%
 class TheModelClass(nn.Module):
     def __init__(self):
@@ -133,6 +134,7 @@ assert not any(name.startswith("pool") for name in model.state_dict())  # no par
 # notes say a training checkpoint is "two to three times the size of the model": measured on the bytes
 # `torch.save` writes.
 
+
 # %%
 def saved_size(obj) -> int:
     buffer = io.BytesIO()
@@ -147,8 +149,10 @@ for make_optimizer in (lambda p: torch.optim.SGD(p, lr=0.001, momentum=0.9), lam
     net(images).sum().backward()
     opt.step()
     ratio = saved_size({"model": net.state_dict(), "optimizer": opt.state_dict()}) / saved_size(net.state_dict())
-    print(f"{type(opt).__name__:<4} per-parameter state {sorted(opt.state_dict()['state'][0])} "
-          f"-> checkpoint / weights = {ratio:.1f}x")
+    print(
+        f"{type(opt).__name__:<4} per-parameter state {sorted(opt.state_dict()['state'][0])} "
+        f"-> checkpoint / weights = {ratio:.1f}x"
+    )
     assert 1.9 < ratio < 3.1
 
 # %% [markdown]
@@ -161,6 +165,7 @@ for make_optimizer in (lambda p: torch.optim.SGD(p, lr=0.001, momentum=0.9), lam
 #
 # Beware: a `state_dict` holds **references** to the live tensors, not copies. Keeping
 # `best = model.state_dict()` in memory and training on silently changes `best`; clone the tensors.
+
 
 # %%
 class Normalized(nn.Module):
@@ -201,6 +206,7 @@ assert not torch.equal(snapshot["fc.weight"], norm.fc.weight)
 # statistics, so even a "quick check" damages what you loaded. The file is a zip archive: a small
 # pickle (`data.pkl`) that describes the dictionary, and one raw-bytes record per storage (one per
 # tensor, unless tensors share memory).
+
 
 # %%
 class SmallNet(nn.Module):
@@ -311,6 +317,7 @@ assert renamed_failed
 # `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` turns the default off (with only a warning) but never overrides an
 # explicit argument; the end of the cell proves it with our own pickled model from section 3.
 
+
 # %%
 class Booby:
     """Unpickling this object would call open(marker, "w"): harmless, but it proves code ran."""
@@ -353,8 +360,12 @@ with mock.patch.dict(os.environ, {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}):
         explicit_refused = False
     except pickle.UnpicklingError:
         explicit_refused = True
-print("with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 the default torch.load unpickles a", type(by_default).__name__,
-      "| weights_only=True still refuses it:", explicit_refused)
+print(
+    "with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 the default torch.load unpickles a",
+    type(by_default).__name__,
+    "| weights_only=True still refuses it:",
+    explicit_refused,
+)
 assert isinstance(by_default, SmallNet) and explicit_refused
 
 # %% [markdown]
@@ -363,6 +374,7 @@ assert isinstance(by_default, SmallNet) and explicit_refused
 # class with `torch.serialization.add_safe_globals([...])` (process-wide) or the
 # `torch.serialization.safe_globals([...])` context manager (just for one load). Better still, store
 # plain data: `dataclasses.asdict(config)` needs no allow-list at all.
+
 
 # %%
 @dataclasses.dataclass
@@ -404,8 +416,14 @@ assert refused and TrainConfig(**plain) == TrainConfig()
 
 # %%
 torch_version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-print("torch", ".".join(map(str, torch_version)), "| has the 2.6 fix:", torch_version >= (2, 6),
-      "| has the 2.10 fix:", torch_version >= (2, 10))
+print(
+    "torch",
+    ".".join(map(str, torch_version)),
+    "| has the 2.6 fix:",
+    torch_version >= (2, 6),
+    "| has the 2.10 fix:",
+    torch_version >= (2, 10),
+)
 assert torch_version >= (2, 10)
 
 # %% [markdown]
@@ -448,8 +466,11 @@ except RuntimeError as err:
 save_model(tied, RUN_DIR / "tied.safetensors")
 tied_again = TiedLM()
 load_model(tied_again, RUN_DIR / "tied.safetensors")
-print("save_model/load_model keep the tie:", tied_again.out.weight is tied_again.embed.weight,
-      torch.equal(tied_again.out.weight, tied.embed.weight))
+print(
+    "save_model/load_model keep the tie:",
+    tied_again.out.weight is tied_again.embed.weight,
+    torch.equal(tied_again.out.weight, tied.embed.weight),
+)
 assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
 
 # %% [markdown]
@@ -462,6 +483,7 @@ assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
 # dictionary with the epoch, the model and optimizer `state_dict`s and the last loss, and use the `.tar`
 # extension by convention (any name works: the file is a zip either way). Loading builds the model and
 # optimizer first, then restores both. Here is that recipe on a small classifier, with a toy data set:
+
 
 # %%
 class Classifier(nn.Module):
@@ -487,8 +509,15 @@ loss.backward()
 clf_opt.step()
 
 notes_path = RUN_DIR / "notes_style.tar"
-torch.save({"epoch": 0, "model_state_dict": clf.state_dict(),
-            "optimizer_state_dict": clf_opt.state_dict(), "loss": loss.item()}, notes_path)
+torch.save(
+    {
+        "epoch": 0,
+        "model_state_dict": clf.state_dict(),
+        "optimizer_state_dict": clf_opt.state_dict(),
+        "loss": loss.item(),
+    },
+    notes_path,
+)
 
 clf2 = Classifier()
 clf2_opt = torch.optim.SGD(clf2.parameters(), lr=0.1, momentum=0.9)
@@ -498,8 +527,9 @@ clf2_opt.load_state_dict(checkpoint["optimizer_state_dict"])
 epoch, last_loss = checkpoint["epoch"], checkpoint["loss"]
 clf2.train()  # or .eval() to evaluate
 print("keys:", sorted(checkpoint), "| epoch", epoch, "| loss", f"{last_loss:.2f}")
-assert torch.equal(clf2_opt.state_dict()["state"][0]["momentum_buffer"],
-                   clf_opt.state_dict()["state"][0]["momentum_buffer"])
+assert torch.equal(
+    clf2_opt.state_dict()["state"][0]["momentum_buffer"], clf_opt.state_dict()["state"][0]["momentum_buffer"]
+)
 
 # %% [markdown]
 # ### What the notes' recipe misses
@@ -538,6 +568,7 @@ assert torch.equal(clf2_opt.state_dict()["state"][0]["momentum_buffer"],
 # SMB, FUSE mounts, cloud buckets) may give none of these guarantees and may reject `fsync` on a
 # folder. Here are the twelve lines:
 
+
 # %%
 def atomic_save(obj, final_path) -> None:
     folder = os.path.dirname(os.path.abspath(final_path))
@@ -565,8 +596,12 @@ with mock.patch.object(torch, "save", side_effect=OSError(28, "No space left on 
     with contextlib.suppress(OSError):
         atomic_save({"step": 2, "w": torch.zeros(3)}, by_hand)  # fails before the rename
 kept = torch.load(by_hand)
-print("after a failed second save the file still holds step", kept["step"], "| files:",
-      sorted(p.name for p in RUN_DIR.iterdir() if p.name.startswith((".tmp-", "by_hand"))))
+print(
+    "after a failed second save the file still holds step",
+    kept["step"],
+    "| files:",
+    sorted(p.name for p in RUN_DIR.iterdir() if p.name.startswith((".tmp-", "by_hand"))),
+)
 assert kept["step"] == 1 and not any(p.name.startswith(".tmp-") for p in RUN_DIR.iterdir())
 
 # %% [markdown]
@@ -576,6 +611,7 @@ assert kept["step"] == 1 and not any(p.name.startswith(".tmp-") for p in RUN_DIR
 # files, and `load_checkpoint(folder_or_file, model=, ...)` restores everything. Its files hold only
 # tensors and plain values, so it loads them with `weights_only=True`. Let's first train 24 steps
 # without interruption, as the reference.
+
 
 # %%
 def batch_at(step: int):
@@ -614,9 +650,17 @@ def train(run, start: int, stop: int, *, ckpt_dir=None, save_every: int = 4, cra
         if (step + 1) % STEPS_PER_EPOCH == 0:
             sched.step()
         if ckpt_dir is not None and (step + 1) % save_every == 0:
-            save_checkpoint(ckpt_dir, model=model, optimizer=opt, scheduler=sched, scaler=scaler,
-                            epoch=(step + 1) // STEPS_PER_EPOCH, step=step + 1,
-                            extra={"loss": loss.item()}, keep_last=2)
+            save_checkpoint(
+                ckpt_dir,
+                model=model,
+                optimizer=opt,
+                scheduler=sched,
+                scaler=scaler,
+                epoch=(step + 1) // STEPS_PER_EPOCH,
+                step=step + 1,
+                extra={"loss": loss.item()},
+                keep_last=2,
+            )
     return loss.item()
 
 
@@ -661,13 +705,20 @@ else:  # GPU kernels may reorder sums unless deterministic algorithms are enforc
 # saving; `keep_last=2` left steps 20 and 24) but each drops one piece: without the random states the
 # dropout masks differ; with a fresh optimizer the momentum is lost. Both end somewhere else.
 
+
 # %%
 def resume_variant(*, restore_rng: bool, with_optimizer: bool) -> float:
     variant = make_run(seed=123)
     torch.manual_seed(999)
     m, o, s, sc = variant
-    start = load_checkpoint(ckpt_dir / "checkpoint_00000020.pt", model=m, optimizer=o if with_optimizer else None,
-                            scheduler=s, scaler=sc, restore_rng=restore_rng).step
+    start = load_checkpoint(
+        ckpt_dir / "checkpoint_00000020.pt",
+        model=m,
+        optimizer=o if with_optimizer else None,
+        scheduler=s,
+        scaler=sc,
+        restore_rng=restore_rng,
+    ).step
     train(variant, start, TOTAL)
     return max((a - b).abs().max().item() for a, b in zip(reference[0].parameters(), m.parameters()))
 
@@ -718,8 +769,10 @@ data[where + 2] ^= 0x40  # one bit in the third byte of the first weight
 flip_path.write_bytes(bytes(data))
 
 silently = torch.load(flip_path, weights_only=True)["model"]["net.0.weight"]
-print("torch.load: loads without complaint; first weight changed:",
-      not torch.equal(silently, flip_model.net[0].weight.detach().cpu()))
+print(
+    "torch.load: loads without complaint; first weight changed:",
+    not torch.equal(silently, flip_model.net[0].weight.detach().cpu()),
+)
 with zipfile.ZipFile(flip_path) as zf:
     comment = zf.comment
 print("the zip's comment:", comment[:20].decode(), "+", len(comment) - 20, "hex digits")
@@ -753,8 +806,12 @@ for step in (20, 24, 28):
     save_checkpoint(rollback_dir, model=model, step=step)
 load_checkpoint(rollback_dir / "checkpoint_00000024.pt", model=model)  # go back to step 24
 save_checkpoint(rollback_dir, model=model, step=25)  # the first save of the new timeline
-print("checkpoints:", [p.name for p in list_checkpoints(rollback_dir)],
-      "| superseded/:", [p.name for p in list_checkpoints(rollback_dir / "superseded")])
+print(
+    "checkpoints:",
+    [p.name for p in list_checkpoints(rollback_dir)],
+    "| superseded/:",
+    [p.name for p in list_checkpoints(rollback_dir / "superseded")],
+)
 assert list_checkpoints(rollback_dir)[-1].name == "checkpoint_00000025.pt"
 
 try:
@@ -835,8 +892,9 @@ def listing(folder) -> list[str]:
 
 
 if hasattr(signal, "SIGKILL"):
-    child = subprocess.run([sys.executable, "-c", CHILD, str(killed_dir)], cwd=REPO_ROOT,
-                           capture_output=True, text=True, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(killed_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     print("child exit code:", child.returncode, "(killed by signal", -child.returncode, "= SIGKILL)")
     print("folder after the kill:", listing(killed_dir))
     info = load_checkpoint(killed_dir, model=nn.Linear(4, 2))
@@ -876,8 +934,15 @@ encoder, decoder = nn.Linear(10, 4), nn.Linear(4, 10)
 enc_opt = torch.optim.Adam(encoder.parameters())
 dec_opt = torch.optim.Adam(decoder.parameters())
 pair_path = RUN_DIR / "encoder_decoder.tar"
-torch.save({"encoder": encoder.state_dict(), "decoder": decoder.state_dict(),
-            "encoder_opt": enc_opt.state_dict(), "decoder_opt": dec_opt.state_dict()}, pair_path)
+torch.save(
+    {
+        "encoder": encoder.state_dict(),
+        "decoder": decoder.state_dict(),
+        "encoder_opt": enc_opt.state_dict(),
+        "decoder_opt": dec_opt.state_dict(),
+    },
+    pair_path,
+)
 both = torch.load(pair_path)
 encoder2, decoder2 = nn.Linear(10, 4), nn.Linear(4, 10)
 encoder2.load_state_dict(both["encoder"])
@@ -895,10 +960,12 @@ assert torch.equal(encoder2.weight, encoder.weight) and torch.equal(decoder2.bia
 # can check them, but it does **not** tolerate a key whose shape changed: the 2-class head cannot go
 # into a 5-class head. Keep only the entries whose shapes fit, then read the report.
 
+
 # %%
 def classifier(num_classes: int) -> nn.Sequential:
-    return nn.Sequential(OrderedDict(features=nn.Sequential(nn.Linear(10, 32), nn.ReLU()),
-                                     head=nn.Linear(32, num_classes)))
+    return nn.Sequential(
+        OrderedDict(features=nn.Sequential(nn.Linear(10, 32), nn.ReLU()), head=nn.Linear(32, num_classes))
+    )
 
 
 pretrained = classifier(2).state_dict()
@@ -908,8 +975,12 @@ try:
     new_model.load_state_dict(pretrained, strict=False)
 except RuntimeError as err:
     refused = True
-    print("strict=False with a changed shape ->", type(err).__name__, ":",
-          next(line.strip() for line in str(err).splitlines() if "size mismatch" in line))
+    print(
+        "strict=False with a changed shape ->",
+        type(err).__name__,
+        ":",
+        next(line.strip() for line in str(err).splitlines() if "size mismatch" in line),
+    )
 
 target = new_model.state_dict()
 fitting = {k: v for k, v in pretrained.items() if k in target and v.shape == target[k].shape}
@@ -926,8 +997,9 @@ assert torch.equal(new_model.features[0].weight, pretrained["features.0.weight"]
 # %%
 old_style = {k.replace("features.", "backbone.", 1): v for k, v in pretrained.items()}
 print("old checkpoint keys:", list(old_style))
-renamed = {("features." + k.removeprefix("backbone.") if k.startswith("backbone.") else k): v
-           for k, v in old_style.items()}
+renamed = {
+    ("features." + k.removeprefix("backbone.") if k.startswith("backbone.") else k): v for k, v in old_style.items()
+}
 fresh = classifier(2)
 print("after renaming:", fresh.load_state_dict(renamed))
 assert torch.equal(fresh.head.bias, pretrained["head.bias"])
@@ -983,8 +1055,10 @@ if device.type == "cuda":
     print("CPU checkpoint with map_location='cuda:0' ->", cpu_to_gpu["fc1.weight"].device)
     assert to_gpu0.device.index == 0 and cpu_to_gpu["fc1.weight"].is_cuda
 else:
-    print("no CUDA here: on a GPU machine map_location={'cuda:1': 'cuda:0'} puts the tensors on cuda:0, "
-          "and map_location='cuda:0' moves a CPU checkpoint onto the GPU")
+    print(
+        "no CUDA here: on a GPU machine map_location={'cuda:1': 'cuda:0'} puts the tensors on cuda:0, "
+        "and map_location='cuda:0' moves a CPU checkpoint onto the GPU"
+    )
 
 # the notes' reminder, shown with a dtype change (it works the same for devices):
 # tensor.to(...) returns a new tensor, module.to(...) converts the module in place
@@ -992,8 +1066,14 @@ t = torch.zeros(2)
 t.to(torch.float64)
 layer = nn.Linear(2, 2)
 returned = layer.to(torch.float64)
-print("tensor after t.to(float64):", t.dtype, "| module after layer.to(float64):", layer.weight.dtype,
-      "| returned the same module:", returned is layer)
+print(
+    "tensor after t.to(float64):",
+    t.dtype,
+    "| module after layer.to(float64):",
+    layer.weight.dtype,
+    "| returned the same module:",
+    returned is layer,
+)
 assert t.dtype == torch.float32 and layer.weight.dtype == torch.float64 and returned is layer
 
 # %% [markdown]
@@ -1054,14 +1134,21 @@ assert all(p.is_meta for p in skeleton.parameters())
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     skeleton.load_state_dict(mapped)  # without assign=True
-print(f"without assign=True: {len(caught)} x {caught[0].category.__name__}:",
-      str(caught[0].message).split(", which")[0].split(": ", 1)[1], "... is a no-op")
+print(
+    f"without assign=True: {len(caught)} x {caught[0].category.__name__}:",
+    str(caught[0].message).split(", which")[0].split(": ", 1)[1],
+    "... is a no-op",
+)
 assert len(caught) == 4 and all(w.category is UserWarning and "no-op" in str(w.message) for w in caught)
 assert all(p.is_meta for p in skeleton.parameters())  # still empty
 
 print("with assign=True:", skeleton.load_state_dict(mapped, assign=True))
-print("parameters now on:", {p.device.type for p in skeleton.parameters()},
-      "| are the mapped tensors themselves:", skeleton[0].weight.data_ptr() == mapped["0.weight"].data_ptr())
+print(
+    "parameters now on:",
+    {p.device.type for p in skeleton.parameters()},
+    "| are the mapped tensors themselves:",
+    skeleton[0].weight.data_ptr() == mapped["0.weight"].data_ptr(),
+)
 assert not any(p.is_meta for p in skeleton.parameters())
 assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in skeleton.parameters())
 assert skeleton[0].weight.data_ptr() == mapped["0.weight"].data_ptr()
@@ -1080,6 +1167,7 @@ with torch.no_grad():
 # `submodule`). PyTorch has a helper that strips it only at the start, in place:
 # `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present`. Best of all, save
 # `model.module.state_dict()` in the first place, which is what `save_checkpoint` does.
+
 
 # %%
 class WithSubmodule(nn.Module):
@@ -1155,15 +1243,18 @@ try:
     pickle.loads(py2_pickle)
 except UnicodeDecodeError as err:
     print(type(err).__name__, ":", err)
-print("encoding='latin1' ->", repr(pickle.loads(py2_pickle, encoding="latin1")),
-      "| encoding='bytes' ->", pickle.loads(py2_pickle, encoding="bytes"))
+print(
+    "encoding='latin1' ->",
+    repr(pickle.loads(py2_pickle, encoding="latin1")),
+    "| encoding='bytes' ->",
+    pickle.loads(py2_pickle, encoding="bytes"),
+)
 with pytest.warns(UserWarning, match="only works if `weights_only=False`"):
     torch.load(weights_path, encoding="latin1")
 with warnings.catch_warnings():
     warnings.simplefilter("error")  # no warning with weights_only=False (our own, trusted file)
     trusted_old = torch.load(weights_path, weights_only=False, encoding="latin1")
-print("torch.load(..., weights_only=False, encoding='latin1') on a trusted file: loaded",
-      len(trusted_old), "tensors")
+print("torch.load(..., weights_only=False, encoding='latin1') on a trusted file: loaded", len(trusted_old), "tensors")
 assert torch.equal(trusted_old["fc2.bias"], small.fc2.bias)
 
 # %% [markdown]
@@ -1182,6 +1273,7 @@ assert torch.equal(trusted_old["fc2.bias"], small.fc2.bias)
 # the graph: the traced model returns `x` for every input. PyTorch even says so with a `TracerWarning`
 # ("Converting a tensor to a Python boolean might cause the trace to be incorrect").
 
+
 # %%
 class MyDecisionGate(nn.Module):
     def forward(self, x):
@@ -1189,8 +1281,10 @@ class MyDecisionGate(nn.Module):
 
 
 gate = MyDecisionGate()
-with pytest.warns(FutureWarning, match=r"jit\.trace"), \
-        pytest.warns(torch.jit.TracerWarning, match="Python boolean") as tracer_warnings:
+with (
+    pytest.warns(FutureWarning, match=r"jit\.trace"),
+    pytest.warns(torch.jit.TracerWarning, match="Python boolean") as tracer_warnings,
+):
     traced_gate = torch.jit.trace(gate, torch.ones(3))
 tracer_message = next(str(w.message) for w in tracer_warnings if w.category is torch.jit.TracerWarning)
 print("TracerWarning:", tracer_message.split(". ")[0])
@@ -1220,8 +1314,7 @@ exported = torch.export.export(deploy, (torch.randn(4, 10),), dynamic_shapes=({0
 pt2_path = RUN_DIR / "deploy.pt2"
 torch.export.save(exported, pt2_path)
 reloaded = torch.export.load(pt2_path).module()
-print("operations in the graph:",
-      [str(node.target) for node in exported.graph.nodes if node.op == "call_function"])
+print("operations in the graph:", [str(node.target) for node in exported.graph.nodes if node.op == "call_function"])
 for n in (1, 3, 17):
     x = torch.randn(n, 10)
     with torch.no_grad():
@@ -1316,6 +1409,7 @@ ex = Checker("06")
 # Write them as a list `[a, b, c]` (two ints and a string), then check. Running code afterwards to see why is
 # allowed.
 
+
 # %%
 class Tagger(nn.Module):
     def __init__(self):
@@ -1353,6 +1447,7 @@ ex.check(1, answer_1)
 # (the run that never stopped), then builds a fresh model and optimizer with other weights and another random state,
 # loads, trains on, and compares: the two runs must end with the same weights, with SGD with momentum and with
 # AdamW. To try your functions by hand, write into a `tempfile.TemporaryDirectory()`, as the check does.
+
 
 # %%
 # ✏️ Exercise 2: write the bodies of both functions
@@ -1393,8 +1488,14 @@ ex.check(2, save_state, load_state)
 BATCH = 8
 
 
-def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, dataset: torch.utils.data.TensorDataset,
-                ckpt_path: str, stop: int, save_every: int = 4) -> int:
+def train_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    dataset: torch.utils.data.TensorDataset,
+    ckpt_path: str,
+    stop: int,
+    save_every: int = 4,
+) -> int:
     raise NotImplementedError("your code here")
 
 

@@ -86,8 +86,10 @@ print(f"{'dtype':9} {'bits':>4} {'exp':>3} {'mant':>4} {'max':>10} {'smallest no
 layout = {torch.float32: (8, 23), torch.float16: (5, 10), torch.bfloat16: (8, 7)}
 for dt, (e_bits, m_bits) in layout.items():
     fi = torch.finfo(dt)
-    print(f"{str(dt).removeprefix('torch.'):9} {fi.bits:4} {e_bits:3} {m_bits:4} {fi.max:10.3e} {fi.tiny:15.3e} {fi.eps:15.3e}")
-    assert fi.eps == 2.0 ** -m_bits
+    print(
+        f"{str(dt).removeprefix('torch.'):9} {fi.bits:4} {e_bits:3} {m_bits:4} {fi.max:10.3e} {fi.tiny:15.3e} {fi.eps:15.3e}"
+    )
+    assert fi.eps == 2.0**-m_bits
 assert torch.finfo(torch.float16).max == 65504 and torch.finfo(torch.bfloat16).max > 3e38
 
 # %% [markdown]
@@ -116,13 +118,17 @@ assert torch.isinf(act.half() ** 2) and torch.isfinite(act.bfloat16() ** 2)
 # %%
 g = torch.logspace(-10, -2, 1_000_000)
 zero_fp16 = (g.half() == 0).float().mean().item()
-S = 2.0 ** 16
+S = 2.0**16
 zero_scaled = ((g * S).half() == 0).float().mean().item()
 recovered = (g * S).half().float() / S
 print(f"gradients that become 0 in float16: {zero_fp16:.1%}; after scaling by 2**16: {zero_scaled:.1%}")
 print(f"in bfloat16: {(g.bfloat16() == 0).float().mean().item():.1%}")
-print("2**-26 in float16:", torch.tensor(2.0 ** -26).half().item(),
-      "| scaled, stored in float16, unscaled in float32:", ((torch.tensor(2.0 ** -26) * S).half().float() / S).item())
+print(
+    "2**-26 in float16:",
+    torch.tensor(2.0**-26).half().item(),
+    "| scaled, stored in float16, unscaled in float32:",
+    ((torch.tensor(2.0**-26) * S).half().float() / S).item(),
+)
 assert 0.30 < zero_fp16 < 0.32 and zero_scaled == 0 and (g.bfloat16() == 0).sum() == 0
 assert torch.allclose(recovered[g > 1e-8], g[g > 1e-8], rtol=1e-3)
 
@@ -155,7 +161,9 @@ assert total.item() == 256 and (torch.tensor(1.0, dtype=torch.float16) + 1e-4).i
 for dt in (torch.float32, torch.float16, torch.bfloat16):
     print(f"{str(dt).removeprefix('torch.'):9} {torch.empty(0, dtype=dt).element_size()} bytes per number")
 n_params = 25_000_000  # a ResNet-50-sized model
-print(f"training state with Adam (weights, grads, 2 moments in float32) for 25M parameters: {n_params * 16 / 2**20:.0f} MiB")
+print(
+    f"training state with Adam (weights, grads, 2 moments in float32) for 25M parameters: {n_params * 16 / 2**20:.0f} MiB"
+)
 assert torch.empty(0, dtype=torch.bfloat16).element_size() == 2
 
 # %% [markdown]
@@ -175,6 +183,7 @@ assert torch.empty(0, dtype=torch.bfloat16).element_size() == 2
 # devices: CUDA puts softmax, `log_softmax`, `layer_norm`, `group_norm`, `sum`, `exp` and `pow` in its float32
 # list, the CPU does not, so there they follow their input. Rather than copying a list, the next cell asks this device: each
 # operation runs under autocast once on float32 inputs and once on low-precision inputs.
+
 
 # %%
 def autocast_dtypes(op, x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
@@ -284,6 +293,7 @@ for record in (*w1, *w2):
 # The private field `scaler._per_optimizer_states[id(opt)]["stage"]` shows the notes' state machine:
 # `update` → READY, `unscale_`: READY → UNSCALED, `step`: READY/UNSCALED → STEPPED.
 
+
 # %%
 def stage(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer) -> str:
     """The scaler's state for `opt` (an internal field, read here only to watch the state machine)."""
@@ -361,7 +371,9 @@ for step in range(7):
     scaler.update()
     stepped = not torch.equal(before, w.detach())
     history.append((stepped, scaler.get_scale()))
-    print(f"step {step}: grads finite {step != 2}, parameters updated {stepped}, scale after update {scaler.get_scale():.0f}")
+    print(
+        f"step {step}: grads finite {step != 2}, parameters updated {stepped}, scale after update {scaler.get_scale():.0f}"
+    )
 assert [h[0] for h in history] == [True, True, False, True, True, True, True]
 assert [h[1] for h in history] == [65536, 65536, 32768, 32768, 32768, 65536, 65536]
 assert torch.isfinite(w).all()
@@ -426,13 +438,25 @@ same_weights = all(torch.equal(p, q) for p, q in zip(straight[0].parameters(), r
 gap_without = max((p - q).abs().max().item() for p, q in zip(straight[0].parameters(), no_scaler_state[0].parameters()))
 print("scale after each step, resumed:         ", resumed_scales)
 print("scale after each step, scaler not saved:", fresh_scales)
-print("resumed run == straight run: weights bit for bit", same_weights,
-      "| final scaler state", resumed[2].state_dict() == straight[2].state_dict())
-print("scaler not saved: weights within 1e-3", gap_without < 1e-3,
-      "| final scaler state", no_scaler_state[2].state_dict() == straight[2].state_dict())
+print(
+    "resumed run == straight run: weights bit for bit",
+    same_weights,
+    "| final scaler state",
+    resumed[2].state_dict() == straight[2].state_dict(),
+)
+print(
+    "scaler not saved: weights within 1e-3",
+    gap_without < 1e-3,
+    "| final scaler state",
+    no_scaler_state[2].state_dict() == straight[2].state_dict(),
+)
 assert saved_state["scale"] == 512 and saved_state["_growth_tracker"] == 2
 assert resumed[2].state_dict() == straight[2].state_dict() and resumed_scales == straight_scales and same_weights
-assert gap_without < 1e-3 and fresh_scales != straight_scales and no_scaler_state[2].state_dict() != straight[2].state_dict()
+assert (
+    gap_without < 1e-3
+    and fresh_scales != straight_scales
+    and no_scaler_state[2].state_dict() != straight[2].state_dict()
+)
 
 # %% [markdown]
 # The run that lost its scaler state still ends with (nearly) the same weights here: multiplying the gradients by
@@ -449,6 +473,7 @@ assert gap_without < 1e-3 and fresh_scales != straight_scales and no_scaler_stat
 # commented-out lines in the notes' loop). Clipping the still-scaled gradients would clip to a norm 65536 times too
 # small in real units:
 
+
 # %%
 def grad_norm_after_step(unscale_first: bool) -> float:
     """Clip to max_norm=1 with or without unscale_ first; return the norm of the gradient the optimizer used."""
@@ -456,7 +481,7 @@ def grad_norm_after_step(unscale_first: bool) -> float:
     p = nn.Parameter(torch.randn(10, device=device))
     o = torch.optim.SGD([p], lr=0.0)
     sc = torch.amp.GradScaler(device.type)
-    sc.scale((p ** 2).sum()).backward()
+    sc.scale((p**2).sum()).backward()
     if unscale_first:
         sc.unscale_(o)
     torch.nn.utils.clip_grad_norm_([p], max_norm=1.0)
@@ -508,6 +533,7 @@ assert same
 # Forgetting the division makes the penalty 65536 times too large. (The cell passes `enabled=False` to both
 # autocast regions, so that the runs with and without a scaler can be compared exactly.)
 
+
 # %%
 def penalised_loss(use_scaler: bool, unscale: bool = True) -> torch.Tensor:
     """Loss + norm of its parameter gradients, computed as the AMP recipe says (autocast off: exact check)."""
@@ -526,8 +552,10 @@ def penalised_loss(use_scaler: bool, unscale: bool = True) -> torch.Tensor:
 
 plain_total, amp_total = penalised_loss(False), penalised_loss(True)
 forgot = penalised_loss(True, unscale=False)
-print(f"loss + penalty: without scaler {plain_total.item():.4f}, with scaler {amp_total.item():.4f}; "
-      f"forgetting to unscale makes it over 1000 times larger: {(forgot > 1000 * amp_total).item()}")
+print(
+    f"loss + penalty: without scaler {plain_total.item():.4f}, with scaler {amp_total.item():.4f}; "
+    f"forgetting to unscale makes it over 1000 times larger: {(forgot > 1000 * amp_total).item()}"
+)
 assert torch.allclose(plain_total, amp_total) and forgot > 1000 * amp_total
 
 # %% [markdown]
@@ -535,6 +563,7 @@ assert torch.allclose(plain_total, amp_total) and forgot > 1000 * amp_total
 # no-ops (`scale(loss)` returns the loss itself, `step` just calls `opt.step()`, `update` does nothing), so one
 # training loop serves both modes — the notes' `use_amp` flag. With it off, the AMP loop gives bit for bit the
 # result of the plain loop.
+
 
 # %%
 def few_steps(amp_loop: bool, use_amp: bool) -> torch.Tensor:
@@ -618,14 +647,21 @@ with warnings.catch_warnings(record=True) as caught:
     via_legacy = tb.cuda.matmul.fp32_precision
     tb.cuda.matmul.allow_tf32 = False
 tb.cuda.matmul.fp32_precision = "none"
-print("set_float32_matmul_precision('high') ->", repr(via_precision), "| allow_tf32 = True ->", repr(via_legacy),
-      "| warnings:", len(caught))
+print(
+    "set_float32_matmul_precision('high') ->",
+    repr(via_precision),
+    "| allow_tf32 = True ->",
+    repr(via_legacy),
+    "| warnings:",
+    len(caught),
+)
 assert via_precision == via_legacy == "tf32" and not caught
 assert {name: get() for name, get in settings.items()} == defaults
 
 # %% [markdown]
 # What the rounding costs, emulated on this machine: round the inputs of a 256×256 matrix product to TF32's and
 # bfloat16's precision, multiply exactly (float64), and compare with the exact product of the original inputs.
+
 
 # %%
 def round_mantissa(t: torch.Tensor, bits: int) -> torch.Tensor:
@@ -658,6 +694,7 @@ assert 1e-4 < errors["TF32 / float16 inputs (10 bits)"] < 1e-3 < errors["bfloat1
 # for float16 (`use_scaler`): bfloat16 has float32's range, gradients do not underflow, and PyTorch's
 # documentation says no scaler is needed for it.
 
+
 # %%
 def make_clusters(n: int = 4096, dim: int = 64, classes: int = 10, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
@@ -683,7 +720,7 @@ def train(use_amp: bool, steps: int = 200, batch: int = 256) -> dict:
         torch.cuda.reset_peak_memory_stats()
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     for step in range(steps):
-        idx = order[(step * batch) % len(x_all):][:batch]
+        idx = order[(step * batch) % len(x_all) :][:batch]
         xb, yb = x_all[idx], y_all[idx]
         with torch.amp.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
             loss = F.cross_entropy(model(xb), yb)
@@ -757,6 +794,7 @@ assert gap < 0.1
 # of all 4096 points. The same MLP is measured at three batch sizes; only the activations and inputs grow with
 # the batch.
 
+
 # %%
 def saved_tensor_bytes(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, use_amp: bool) -> dict[str, int]:
     """Bytes that autograd saves for backward in one forward pass, by kind; each storage counted once."""
@@ -802,8 +840,10 @@ for batch in (16, 256, 4096):
         memory[batch, use_amp] = m = saved_tensor_bytes(mlp, xb, yb, use_amp)
         ratio = sum(m.values()) / sum(memory[batch, False].values())
         cells = " ".join(f"{m[k] / 1024:{w}.1f}" for k, w in zip(m, (8, 12, 15)))
-        print(f"{batch:5} {'autocast' if use_amp else 'float32':9} {cells} {sum(m.values()) / 1024:10.1f} "
-              + (f"{ratio:6.2f}" if use_amp else ""))
+        print(
+            f"{batch:5} {'autocast' if use_amp else 'float32':9} {cells} {sum(m.values()) / 1024:10.1f} "
+            + (f"{ratio:6.2f}" if use_amp else "")
+        )
 total_ratio = {b: sum(memory[b, True].values()) / sum(memory[b, False].values()) for b in (16, 256, 4096)}
 act_ratio = {b: memory[b, True]["activations"] / memory[b, False]["activations"] for b in (16, 256, 4096)}
 copies = {memory[b, True]["16-bit weight copies"] for b in (16, 256, 4096)}
@@ -906,10 +946,17 @@ ex.check(1, answer_1)
 # the recipe's. Its third batch holds a value above 65504, so that step overflows in float16: the scaler must skip
 # it and halve its scale.
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
-def amp_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-             x: torch.Tensor, y: torch.Tensor, max_norm: float) -> torch.Tensor:
+def amp_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    max_norm: float,
+) -> torch.Tensor:
     raise NotImplementedError("your code here")
 
 
@@ -931,6 +978,7 @@ ex.check(2, amp_step)
 #
 # The check tries a model that overflows in float16 only, one that does not overflow, one with a `Sequential` inside
 # a `Sequential`, and one whose overflow is hidden by a later ReLU (−inf becomes 0).
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

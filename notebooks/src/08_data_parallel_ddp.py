@@ -70,7 +70,14 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from utils import NOTEBOOKS_DIR, REPO_ROOT, get_device, relpath, seed_everything
-from utils.launch import free_port, leftover_processes, load_rank_results, port_is_free, run_torchrun, run_torchrun_nodes
+from utils.launch import (
+    free_port,
+    leftover_processes,
+    load_rank_results,
+    port_is_free,
+    run_torchrun,
+    run_torchrun_nodes,
+)
 
 assert Path.cwd() == NOTEBOOKS_DIR  # the %%writefile cells below write to runs/, relative to this folder
 RUNS = NOTEBOOKS_DIR / "runs"  # ignored by git: the programs this notebook writes
@@ -81,8 +88,16 @@ WORK = Path(work.name)
 launch_seconds = {}  # wall-clock time of every launch, shown at the end
 seed_everything(0)
 device = get_device()
-print("device:", device.type, "| CUDA_VISIBLE_DEVICES =", repr(os.environ.get("CUDA_VISIBLE_DEVICES")),
-      "| visible GPUs:", torch.cuda.device_count(), "| programs written to", relpath(RUNS))
+print(
+    "device:",
+    device.type,
+    "| CUDA_VISIBLE_DEVICES =",
+    repr(os.environ.get("CUDA_VISIBLE_DEVICES")),
+    "| visible GPUs:",
+    torch.cuda.device_count(),
+    "| programs written to",
+    relpath(RUNS),
+)
 print("backends available: gloo", dist.is_gloo_available(), "| nccl", dist.is_nccl_available())
 
 
@@ -101,6 +116,7 @@ def shell(result) -> list[str]:
 #
 # The notes' demo: a dataset of 100 random vectors of size 5, batches of 30, and a `Model` that prints the size
 # of the input it receives ("In Model") next to the size the caller sees ("Outside").
+
 
 # %%
 class RandomDataset(Dataset):
@@ -150,6 +166,7 @@ assert outside == [30, 30, 30, 10]
 # 8 GPUs uses only **5** of them (pieces of 2). (In the notes the 8-GPU lines come out in a jumbled order: the
 # replicas run in threads and print whenever they finish.)
 
+
 # %%
 def dataparallel_split(batch: int, n_gpus: int) -> list[int]:
     """The batch sizes DataParallel's scatter gives each GPU (it chunks dimension 0)."""
@@ -185,7 +202,7 @@ try:
     Model(5, 2).load_state_dict(wrapped.state_dict())
 except RuntimeError as err:
     print(f"loading them into a plain Model: {type(err).__name__}: {str(err).splitlines()[0]}")
-notes_way = {k[len("module."):]: v for k, v in wrapped.state_dict().items()}  # the notes' k[7:]
+notes_way = {k[len("module.") :]: v for k, v in wrapped.state_dict().items()}  # the notes' k[7:]
 sd = wrapped.state_dict()
 torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, "module.")  # in place
 print("after consume_prefix_in_state_dict_if_present:", list(sd))
@@ -301,10 +318,18 @@ def main(argv: list[str] | None = None) -> None:
         dist.all_gather(gathered, torch.tensor([info.rank], device=info.device))
         token = torch.tensor([42 if info.rank == 0 else -1], device=info.device)
         dist.broadcast(token, src=0)  # rank 0's value overwrites everyone's
-        report(f"all_reduce(rank+1)={x.item():g} all_gather(rank)={[int(g.item()) for g in gathered]} "
-               f"broadcast from 0={token.item()}")
-        result = {"env": env, "backend": info.backend, "device": str(info.device), "sum": x.item(),
-                  "gathered": [int(g.item()) for g in gathered], "token": int(token.item())}
+        report(
+            f"all_reduce(rank+1)={x.item():g} all_gather(rank)={[int(g.item()) for g in gathered]} "
+            f"broadcast from 0={token.item()}"
+        )
+        result = {
+            "env": env,
+            "backend": info.backend,
+            "device": str(info.device),
+            "sum": x.item(),
+            "gathered": [int(g.item()) for g in gathered],
+            "token": int(token.item()),
+        }
     result["destroyed"] = not dist.is_initialized()
     report(f"process group destroyed: {result['destroyed']}")
     save_result(args.out, result)
@@ -314,7 +339,9 @@ if __name__ == "__main__":
     main()
 
 # %%
-hello = run_torchrun_nodes(RUNS / "hello.py", nnodes=2, nproc_per_node=2, args=["--device", "cpu", "--out", WORK / "hello"])
+hello = run_torchrun_nodes(
+    RUNS / "hello.py", nnodes=2, nproc_per_node=2, args=["--device", "cpu", "--out", WORK / "hello"]
+)
 launch_seconds["hello, 2 nodes x 2 workers"] = hello.wall_s
 for line in shell(hello):
     print("$", line)
@@ -398,14 +425,16 @@ assert torchrun_cmd == ["-u", "train.py", "--lr", "0.2"]  # LOCAL_RANK only in t
 # for gloo and other backends and **10 minutes** for NCCL (`None` in a PyTorch built without NCCL), whose
 # watchdog then aborts the process rather than letting it continue after a failed GPU collective.
 
+
 # %%
 def notebook_worker(rank):
     print("hello from process", rank)
 
 
 data = pickle.dumps(notebook_worker)
-print(f"notebook_worker pickles into {len(data)} bytes: its module {notebook_worker.__module__!r} and its name,"
-      " no code")
+print(
+    f"notebook_worker pickles into {len(data)} bytes: its module {notebook_worker.__module__!r} and its name, no code"
+)
 assert b"__main__" in data and b"notebook_worker" in data and notebook_worker.__code__.co_code not in data
 
 # %%
@@ -420,8 +449,9 @@ import torch.distributed as dist
 
 def worker(rank, world_size, init_method, out_dir, timeout_s):
     # mp.spawn passes the process index first; the rest are spawn's args
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+    )
     out = Path(out_dir)
     if rank == 0:
         start = time.perf_counter()
@@ -435,6 +465,7 @@ def worker(rank, world_size, init_method, out_dir, timeout_s):
         while not (out / "rank0.txt").exists():  # skip the barrier; wait until rank 0 has given up
             time.sleep(0.05)
     dist.destroy_process_group()
+
 
 # %%
 from spawn_timeout import worker  # noqa: E402 - the module the previous cell wrote
@@ -525,6 +556,7 @@ def same_everywhere(module):
 # %%
 # %%writefile -a runs/ddp_train.py
 
+
 def buffers_demo(device, rank):
     """BatchNorm's running mean seen on entry to each forward, with and without forward_sync_buffers."""
     seen = {}
@@ -535,8 +567,8 @@ def buffers_demo(device, rank):
         ddp = DDP(net, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=sync)
         constructed = gather(net[1].running_mean)  # ... and after it? (the constructor's broadcast)
         entering = []  # running_mean as BatchNorm starts its forward, per step
-        net[1].register_forward_pre_hook(lambda m, args: entering.append(m.running_mean.clone()))
-        for step in range(2):
+        net[1].register_forward_pre_hook(lambda m, args, entering=entering: entering.append(m.running_mean.clone()))
+        for _step in range(2):
             x = torch.randn(8, 4, device=device) + 10 * rank  # each rank sees different data
             ddp(x).sum().backward()
         after = net[1].running_mean.clone()
@@ -559,6 +591,7 @@ def buffers_demo(device, rank):
 # %%
 # %%writefile -a runs/ddp_train.py
 
+
 def no_sync_demo(ddp, module, x, y, k, device):
     """Gradient accumulation over k micro-batches, with and without no_sync; all-reduces counted."""
     calls = {"n": 0}
@@ -570,7 +603,7 @@ def no_sync_demo(ddp, module, x, y, k, device):
     ddp.register_comm_hook(calls, counting_hook)
     rank, world = dist.get_rank(), dist.get_world_size()
     n_local = len(x) // world
-    mine_x, mine_y = x[rank * n_local:(rank + 1) * n_local], y[rank * n_local:(rank + 1) * n_local]
+    mine_x, mine_y = x[rank * n_local : (rank + 1) * n_local], y[rank * n_local : (rank + 1) * n_local]
     micro_x, micro_y = mine_x.chunk(k), mine_y.chunk(k)
     result = {}
     for way in ("sync every micro-batch", "no_sync: forward and backward", "no_sync: backward only"):
@@ -619,6 +652,7 @@ def no_sync_demo(ddp, module, x, y, k, device):
 
 # %%
 # %%writefile -a runs/ddp_train.py
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -689,21 +723,41 @@ def main():
             rngs = [None] * world
             dist.all_gather_object(rngs, rng_state_dict())  # every rank's RNG state, in rank order
             if rank == 0:  # the parameters are equal everywhere: one writer is enough
-                atomic_torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                   "epoch": epoch, "step": step, "rng": rngs}, ckpt)
+                atomic_torch_save(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "epoch": epoch,
+                        "step": step,
+                        "rng": rngs,
+                    },
+                    ckpt,
+                )
             dist.barrier()  # nobody reads before rank 0 has finished writing
             state = torch.load(ckpt, map_location=device, weights_only=True)  # onto *this* rank's device
             same = all(torch.equal(v, state["model"][k]) for k, v in model.state_dict().items())
-            report(f"epoch {epoch}: checkpoint written by rank 0, loaded with map_location={device}: "
-                   f"equals my parameters {same}")
+            report(
+                f"epoch {epoch}: checkpoint written by rank 0, loaded with map_location={device}: "
+                f"equals my parameters {same}"
+            )
         final = same_everywhere(model)
         report(f"attempt {attempt}: done after {step} steps; parameters equal on all ranks {final}")
-        result = {"params": {k: v.cpu() for k, v in model.state_dict().items()}, "shards": shards,
-                  "noise": noise_log, "attempt": attempt, "before": before, "after": after, "final": final}
+        result = {
+            "params": {k: v.cpu() for k, v in model.state_dict().items()},
+            "shards": shards,
+            "noise": noise_log,
+            "attempt": attempt,
+            "before": before,
+            "after": after,
+            "final": final,
+        }
         if attempt == 0:
             result["buffers"] = {b: {k: [t.cpu() for t in v] for k, v in d.items()} for b, d in seen.items()}
-            result["accumulate"] = {w: {"allreduces": v["allreduces"], "grads": [g.cpu() for g in v["grads"]]}
-                                    for w, v in acc.items() if isinstance(v, dict)}
+            result["accumulate"] = {
+                w: {"allreduces": v["allreduces"], "grads": [g.cpu() for g in v["grads"]]}
+                for w, v in acc.items()
+                if isinstance(v, dict)
+            }
             result["full batch"] = [g.cpu() for g in acc["full batch"]]
             result["buckets"], result["training allreduces"] = acc["buckets"], calls["n"]
         save_result(args.out, result)
@@ -759,8 +813,9 @@ for epoch in range(3):
         opt.step()
         step += 1
 diffs = {k: (v - ddp_res[0]["params"][k]).abs().max().item() for k, v in single.state_dict().items()}
-print("DDP (2 x batch 8) vs one process (batch 16), largest parameter difference below 1e-6:",
-      max(diffs.values()) < 1e-6)
+print(
+    "DDP (2 x batch 8) vs one process (batch 16), largest parameter difference below 1e-6:", max(diffs.values()) < 1e-6
+)
 tol = 1e-6 if device.type == "cpu" else 1e-5  # the programs ran on GPUs: other kernels, other rounding
 for k, v in single.state_dict().items():
     torch.testing.assert_close(ddp_res[0]["params"][k], v, rtol=0, atol=tol)
@@ -777,9 +832,11 @@ for sync in (True, False):
     constructed = [[round(v, 2) for v in t.tolist()] for t in seen["after DDP()"]]
     entering = [[round(v, 2) for v in t.tolist()] for t in seen["entering step 2"]]
     after = [[round(v, 2) for v in t.tolist()] for t in seen["after step 2"]]
-    print(f"forward_sync_buffers={sync}:\n  running_mean after DDP(),         rank 0 | rank 1: {constructed[0]} | {constructed[1]}"
-          f"\n  running_mean entering forward 2, rank 0 | rank 1: {entering[0]} | {entering[1]}"
-          f"\n  running_mean after forward 2,    rank 0 | rank 1: {after[0]} | {after[1]}")
+    print(
+        f"forward_sync_buffers={sync}:\n  running_mean after DDP(),         rank 0 | rank 1: {constructed[0]} | {constructed[1]}"
+        f"\n  running_mean entering forward 2, rank 0 | rank 1: {entering[0]} | {entering[1]}"
+        f"\n  running_mean after forward 2,    rank 0 | rank 1: {after[0]} | {after[1]}"
+    )
 on, off = ddp_res[0]["buffers"][True], ddp_res[0]["buffers"][False]
 for b in (on, off):  # the constructor copied rank 0's zeros over rank 1's ones, whatever forward_sync_buffers says
     assert all(torch.equal(t, torch.zeros(4)) for t in b["after DDP()"])
@@ -806,8 +863,12 @@ assert torch.equal(on["after step 2"][0], off["after step 2"][0])  # rank 0 neve
 for way, r in ddp_res[0]["accumulate"].items():
     same = all(torch.allclose(g, f, atol=1e-6) for g, f in zip(r["grads"], ddp_res[0]["full batch"]))
     print(f"{way:31}: {r['allreduces']} all-reduce calls for 4 micro-batches; gradient == full batch: {same}")
-print("buckets per synchronised backward:", ddp_res[0]["buckets"], "| all-reduce calls in the 12 training steps:",
-      ddp_res[0]["training allreduces"])
+print(
+    "buckets per synchronised backward:",
+    ddp_res[0]["buckets"],
+    "| all-reduce calls in the 12 training steps:",
+    ddp_res[0]["training allreduces"],
+)
 acc = ddp_res[0]["accumulate"]
 assert [acc[w]["allreduces"] for w in acc] == [4, 1, 4] and ddp_res[0]["buckets"] == 1
 assert ddp_res[0]["training allreduces"] == 12 * ddp_res[0]["buckets"]
@@ -830,6 +891,7 @@ for r in (0, 1):
 # group of one process (a `HashStore` instead of a rendezvous; collectives still run), for a model whose second
 # layer is never used:
 
+
 # %%
 class Branchy(nn.Module):
     """Two layers, of which forward uses only the first."""
@@ -847,14 +909,18 @@ errors = {}
 for find_unused in (False, True):
     branchy = nn.parallel.DistributedDataParallel(Branchy(), find_unused_parameters=find_unused)
     try:
-        for iteration in range(2):
+        for iteration in range(2):  # noqa: B007 - the error message below names the failing iteration
             branchy(torch.randn(3, 2)).sum().backward()
         errors[find_unused] = None
-        print(f"find_unused_parameters={find_unused}: 2 iterations, unused layer's grad {branchy.module.unused.weight.grad}")
+        print(
+            f"find_unused_parameters={find_unused}: 2 iterations, unused layer's grad {branchy.module.unused.weight.grad}"
+        )
     except RuntimeError as err:
         errors[find_unused] = (iteration, str(err))
-        print(f"find_unused_parameters={find_unused}: iteration {iteration} -> {type(err).__name__}: "
-              f"{str(err).split('. ')[0]}.")
+        print(
+            f"find_unused_parameters={find_unused}: iteration {iteration} -> {type(err).__name__}: "
+            f"{str(err).split('. ')[0]}."
+        )
 dist.destroy_process_group()
 assert errors[False][0] == 1 and "Expected to have finished reduction in the prior iteration" in errors[False][1]
 assert errors[True] is None
@@ -898,8 +964,17 @@ assert ddp_res[0]["shards"][0] != ddp_res[0]["shards"][1]  # the program did cal
 
 # %%
 ckpt = torch.load(WORK / "ckpt.pt", map_location="cpu", weights_only=True)
-print("checkpoint keys:", sorted(ckpt), "| epoch", ckpt["epoch"], "| step", ckpt["step"],
-      "| RNG states:", len(ckpt["rng"]), "(one per rank)")
+print(
+    "checkpoint keys:",
+    sorted(ckpt),
+    "| epoch",
+    ckpt["epoch"],
+    "| step",
+    ckpt["step"],
+    "| RNG states:",
+    len(ckpt["rng"]),
+    "(one per rank)",
+)
 print("model keys:", list(ckpt["model"]))
 restored = ToyModel()
 restored.load_state_dict(ckpt["model"])
@@ -996,7 +1071,7 @@ class SyncBatchNormFunction(torch.autograd.Function):
         dims = [0, *range(2, x.dim())]  # every dimension except the channels
         count = torch.full((1,), x.numel() // c, dtype=x.dtype, device=x.device)
         stats = all_reduce_counted(torch.cat([x.sum(dims), (x * x).sum(dims), count]), "forward")  # ONE collective
-        total, total_sq, n = stats[:c], stats[c:2 * c], stats[2 * c]
+        total, total_sq, n = stats[:c], stats[c : 2 * c], stats[2 * c]
         mean = total / n
         var = total_sq / n - mean * mean  # biased variance: BatchNorm normalises with it
         invstd = torch.rsqrt(var + eps)
@@ -1034,8 +1109,9 @@ class HandSyncBatchNorm(nn.Module):
 
     def forward(self, x):
         if not (self.training and dist.is_initialized()):  # eval mode, or no process group: plain BatchNorm
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                self.training, self.momentum, self.eps)
+            return F.batch_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, self.training, self.momentum, self.eps
+            )
         y, mean, var, n = SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps)
         with torch.no_grad():  # running statistics of the global batch, unbiased variance like nn.BatchNorm
             self.running_mean.lerp_(mean, self.momentum)
@@ -1052,6 +1128,7 @@ def make_inputs(world_size, per_rank=2, channels=3, length=5, seed=0):
     weight = 1 + 0.1 * torch.randn(channels, generator=gen)
     bias = 0.1 * torch.randn(channels, generator=gen)
     return x, g, weight, bias
+
 
 # %% [markdown]
 # ## 5. The ring all-reduce, and what it saves
@@ -1161,6 +1238,7 @@ def simulate_ring(vectors):
                 data[r][chunks[recv_i]] = incoming
     return [d.tolist() for d in data], counts
 
+
 # %% [markdown]
 # **One program for both, on 4 processes.** The worker program below runs the hand-written SyncBN on a global
 # batch of 8 (shape `(8, 3, 5)`, mean 3, std 2; 2 samples per rank) and checks it against BatchNorm over the
@@ -1198,10 +1276,19 @@ try:
     y = bn(x_mine)
     (y * g[mine]).sum().backward()  # this rank's part of the global loss
     y_full = F.batch_norm(x, None, None, weight, bias, training=True)  # the reference: the whole batch
-    report(f"hand SyncBN on my 2 samples == BatchNorm over all {len(x)}: {torch.allclose(y, y_full[mine], atol=1e-5)}"
-           f"; plain BatchNorm on my 2 == it: {torch.allclose(F.batch_norm(x[mine], None, None, weight, bias, training=True), y_full[mine], atol=1e-5)}")
-    syncbn = {"y": y.detach(), "grad_x": x_mine.grad, "grad_w": bn.weight.grad, "grad_b": bn.bias.grad,
-              "running_mean": bn.running_mean, "running_var": bn.running_var, "collectives": dict(COLLECTIVES)}
+    report(
+        f"hand SyncBN on my 2 samples == BatchNorm over all {len(x)}: {torch.allclose(y, y_full[mine], atol=1e-5)}"
+        f"; plain BatchNorm on my 2 == it: {torch.allclose(F.batch_norm(x[mine], None, None, weight, bias, training=True), y_full[mine], atol=1e-5)}"
+    )
+    syncbn = {
+        "y": y.detach(),
+        "grad_x": x_mine.grad,
+        "grad_w": bn.weight.grad,
+        "grad_b": bn.bias.grad,
+        "running_mean": bn.running_mean,
+        "running_var": bn.running_var,
+        "collectives": dict(COLLECTIVES),
+    }
 
     # --- all-reduce by hand: the notes' vectors [1,2,3,4], [5,6,7,8], ... ---
     naive_count, ring_count = CommCount(), CommCount()
@@ -1231,15 +1318,28 @@ try:
     naive = naive_all_reduce(data.clone(), rank, n, send, recv)
     trace = []
     ring = ring_all_reduce(data.clone(), rank, n, exchange, trace)
-    report(f"data {data.int().tolist()} -> naive {naive.int().tolist()}, ring {ring.int().tolist()}; "
-           f"both == dist.all_reduce: {torch.equal(naive, expected) and torch.equal(ring, expected)}")
+    report(
+        f"data {data.int().tolist()} -> naive {naive.int().tolist()}, ring {ring.int().tolist()}; "
+        f"both == dist.all_reduce: {torch.equal(naive, expected) and torch.equal(ring, expected)}"
+    )
     vec = torch.randn(10, generator=torch.Generator().manual_seed(rank))  # 10 numbers: chunks of 3, 3, 2, 2
     ref = vec.clone()
     dist.all_reduce(ref)
     ring_vec = ring_all_reduce(vec.clone(), rank, n, lambda s, r: exchange(s, r, CommCount()))
-    save_result(args.out, {"syncbn": syncbn, "naive": naive, "ring": ring, "expected": expected, "trace": trace,
-                           "naive_count": vars(naive_count), "ring_count": vars(ring_count),
-                           "ring_vec": ring_vec, "ref_vec": ref})
+    save_result(
+        args.out,
+        {
+            "syncbn": syncbn,
+            "naive": naive,
+            "ring": ring,
+            "expected": expected,
+            "trace": trace,
+            "naive_count": vars(naive_count),
+            "ring_count": vars(ring_count),
+            "ring_vec": ring_vec,
+            "ref_vec": ref,
+        },
+    )
 finally:
     dist.destroy_process_group()
 
@@ -1271,15 +1371,20 @@ checks = {
     "grad x": torch.allclose(torch.cat([s["grad_x"] for s in sb]), x_ref.grad, atol=1e-5),
     "grad weight (sum over ranks)": torch.allclose(sum(s["grad_w"] for s in sb), w_ref.grad, atol=1e-4),
     "grad bias (sum over ranks)": torch.allclose(sum(s["grad_b"] for s in sb), b_ref.grad, atol=1e-4),
-    "running mean/var, every rank": all(torch.allclose(s["running_mean"], ref_bn.running_mean, atol=1e-5)
-                                        and torch.allclose(s["running_var"], ref_bn.running_var, atol=1e-5) for s in sb),
+    "running mean/var, every rank": all(
+        torch.allclose(s["running_mean"], ref_bn.running_mean, atol=1e-5)
+        and torch.allclose(s["running_var"], ref_bn.running_var, atol=1e-5)
+        for s in sb
+    ),
 }
 for name, ok in checks.items():
     print(f"hand SyncBN vs global BatchNorm, {name}: {ok}")
 print("all_reduce calls per rank:", sb[0]["collectives"])
 assert all(checks.values())
-assert all(s["collectives"] == {"forward calls": 1, "forward numbers": 7, "backward calls": 1, "backward numbers": 6}
-           for s in sb)
+assert all(
+    s["collectives"] == {"forward calls": 1, "forward numbers": 7, "backward calls": 1, "backward numbers": 6}
+    for s in sb
+)
 
 # %% [markdown]
 # **PyTorch's own.** `nn.SyncBatchNorm.convert_sync_batchnorm(model)` replaces every `BatchNorm*d` by
@@ -1332,8 +1437,10 @@ assert all(torch.allclose(r["ring_vec"], r["ref_vec"], atol=1e-6) for r in hres.
 print("rank | naive: messages sent/recv, numbers sent/recv | ring: messages sent/recv, numbers sent/recv")
 for r, res_r in hres.items():
     n_, g_ = res_r["naive_count"], res_r["ring_count"]
-    print(f"  {r}  |        {n_['sent_messages']}/{n_['recv_messages']}            {n_['sent_numbers']:2}/{n_['recv_numbers']:2}"
-          f"        |        {g_['sent_messages']}/{g_['recv_messages']}            {g_['sent_numbers']}/{g_['recv_numbers']}")
+    print(
+        f"  {r}  |        {n_['sent_messages']}/{n_['recv_messages']}            {n_['sent_numbers']:2}/{n_['recv_numbers']:2}"
+        f"        |        {g_['sent_messages']}/{g_['recv_messages']}            {g_['sent_numbers']}/{g_['recv_numbers']}"
+    )
 busiest_naive = max(r["naive_count"]["sent_numbers"] + r["naive_count"]["recv_numbers"] for r in hres.values())
 busiest_ring = max(r["ring_count"]["sent_numbers"] + r["ring_count"]["recv_numbers"] for r in hres.values())
 print(f"busiest machine moves: naive {busiest_naive} numbers, ring {busiest_ring} numbers")
@@ -1408,15 +1515,26 @@ plt.show()
 # the launcher sets it whenever `--max_restarts` is used.
 
 # %%
-crash = run_torchrun(RUNS / "ddp_train.py", nproc=2, max_restarts=1, timeout=300,
-                     args=["--ckpt", WORK / "ckpt_crash.pt", "--out", WORK / "crash", "--crash-at-step", "6"])
+crash = run_torchrun(
+    RUNS / "ddp_train.py",
+    nproc=2,
+    max_restarts=1,
+    timeout=300,
+    args=["--ckpt", WORK / "ckpt_crash.pt", "--out", WORK / "crash", "--crash-at-step", "6"],
+)
 launch_seconds["ddp_train, crash + restart"] = crash.wall_s
 print("$", shell(crash)[0])
 crash.print_ranks()
 cres = load_rank_results(WORK / "crash")
 same = all(torch.equal(cres[r]["params"][k], ddp_res[r]["params"][k]) for r in (0, 1) for k in ddp_res[r]["params"])
-print("exit status", crash.returncode, "| attempt that finished", cres[0]["attempt"],
-      "| final parameters identical to the run without a crash:", same)
+print(
+    "exit status",
+    crash.returncode,
+    "| attempt that finished",
+    cres[0]["attempt"],
+    "| final parameters identical to the run without a crash:",
+    same,
+)
 assert crash.returncode == 0 and cres[0]["attempt"] == cres[1]["attempt"] == 1 and same
 assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1") in crash.env
 assert "Connection closed by peer" in crash.stderr or "exitcode: 1" in crash.stderr  # the failure was real
@@ -1450,14 +1568,20 @@ assert resumed_steps == list(range(4, 12)) and not torch.equal(cres[0]["noise"][
 # 2 and 8 GPUs with 256 samples each. Built with the modern schedulers: `LinearLR` for the warm-up followed by
 # `MultiStepLR`, chained by `SequentialLR` (read the rate with `get_last_lr()`, not the notes' `get_lr()`).
 
+
 # %%
-def lr_schedule(n_gpus: int, per_gpu_batch: int = 256, base_lr: float = 0.1, base_batch: int = 256,
-                warmup_epochs: int = 5, epochs: int = 90) -> list[float]:
+def lr_schedule(
+    n_gpus: int,
+    per_gpu_batch: int = 256,
+    base_lr: float = 0.1,
+    base_batch: int = 256,
+    warmup_epochs: int = 5,
+    epochs: int = 90,
+) -> list[float]:
     """Learning rate of every epoch: linear scaling of base_lr, linear warm-up, step decay x0.1 at 30 and 60."""
     peak = base_lr * n_gpus * per_gpu_batch / base_batch
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=peak)
-    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / n_gpus,
-                                             total_iters=warmup_epochs)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / n_gpus, total_iters=warmup_epochs)
     decay = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[30 - warmup_epochs, 60 - warmup_epochs], gamma=0.1)
     sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, decay], milestones=[warmup_epochs])
     lrs = []
@@ -1472,7 +1596,9 @@ plt.figure(figsize=(6, 3))
 for n_gpus in (1, 2, 8):
     lrs = lr_schedule(n_gpus)
     plt.plot(lrs, label=f"{n_gpus} GPU(s), global batch {256 * n_gpus}")
-    print(f"{n_gpus} GPU(s): epochs 0-6 lr {[round(v, 3) for v in lrs[:7]]}, epoch 30 {lrs[30]:.3f}, epoch 60 {lrs[60]:.4f}")
+    print(
+        f"{n_gpus} GPU(s): epochs 0-6 lr {[round(v, 3) for v in lrs[:7]]}, epoch 30 {lrs[30]:.3f}, epoch 60 {lrs[60]:.4f}"
+    )
     assert math.isclose(lrs[0], 0.1) and math.isclose(lrs[5], 0.1 * n_gpus) and math.isclose(lrs[30], 0.01 * n_gpus)
 plt.xlabel("epoch")
 plt.ylabel("learning rate")
@@ -1543,8 +1669,10 @@ if device.type == "cuda":
     print("event: sum =", C.item())
     assert C.item() == 2.0 * n
 else:
-    print(f"device {device.type}: no CUDA device here (torch.cuda.is_available() = {torch.cuda.is_available()}); "
-          "the stream example runs only on a GPU")
+    print(
+        f"device {device.type}: no CUDA device here (torch.cuda.is_available() = {torch.cuda.is_available()}); "
+        "the stream example runs only on a GPU"
+    )
     assert device.type != "cuda"
 
 # %% [markdown]
@@ -1626,10 +1754,12 @@ ex.check(1, RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, allreduces_no_sync, allreduces_n
 # (Proof (1)). The check compares your function with the real sampler on a few hundred cases, including a
 # dataset smaller than the number of ranks.
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
-def shard_indices(n: int, rank: int, world_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
-                  drop_last: bool = False) -> list[int]:
+def shard_indices(
+    n: int, rank: int, world_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0, drop_last: bool = False
+) -> list[int]:
     raise NotImplementedError("your code here")
 
 
@@ -1653,10 +1783,12 @@ ex.check(2, shard_indices)
 # E[x²] − E[x]² fails there (notebook 07, section 1: how many digits float32 keeps); find a merge that does not
 # subtract two huge numbers.
 
+
 # %%
 # ✏️ Exercise 3: write the body of the function
-def merge_bn_stats(means: torch.Tensor, variances: torch.Tensor,
-                   counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def merge_bn_stats(
+    means: torch.Tensor, variances: torch.Tensor, counts: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     raise NotImplementedError("your code here")
 
 

@@ -171,7 +171,10 @@ with distributed() as info:
 
     # what this rank holds: local shards of parameters, gradients (after a backward) and Adam states
     F.mse_loss(model(x[mine]), y[mine]).backward()
-    local = lambda t: t.to_local() if isinstance(t, DTensor) else t
+
+    def local(t):
+        return t.to_local() if isinstance(t, DTensor) else t
+
     sizes = {
         "param": sum(local(p).nbytes for p in model.parameters()),
         "grad": sum(local(p.grad).nbytes for p in model.parameters()),
@@ -193,8 +196,14 @@ with distributed() as info:
     # 分布式检查点: every rank writes its own shards; the plan and .metadata are agreed through rank 0
     model_sd, optim_sd = get_state_dict(model, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.ckpt)
-    save_result(args.out, {"full": {k: v.cpu() for k, v in full.items()}, "sizes": sizes,
-                           "local_shapes": {k: tuple(v.to_local().shape) for k, v in model_sd.items()}})
+    save_result(
+        args.out,
+        {
+            "full": {k: v.cpu() for k, v in full.items()},
+            "sizes": sizes,
+            "local_shapes": {k: tuple(v.to_local().shape) for k, v in model_sd.items()},
+        },
+    )
 
 # %%
 fsdp = run_torchrun("runs/fsdp_dcp.py", nproc=2, args=["--out", WORK / "fsdp", "--ckpt", WORK / "ckpt"])
@@ -251,23 +260,32 @@ print(f"{'total':7} {sum(ddp_bytes.values()):13} {totals[0]:13} {totals[1]:13}")
 for kind in ("param", "grad", "adam"):  # the shards add up to exactly one copy
     assert fres[0]["sizes"][kind] + fres[1]["sizes"][kind] == ddp_bytes[kind]
 assert fres[0]["sizes"]["grad_is_dtensor"] and fres[0]["sizes"]["step"] == ddp_bytes["step"]
-assert fres[0]["sizes"]["param"] == 4 * (4 * 6 + 4 + 2 * 8 + 2) and fres[1]["sizes"]["param"] == 4 * (4 * 6 + 4 + 1 * 8 + 1)
+assert fres[0]["sizes"]["param"] == 4 * (4 * 6 + 4 + 2 * 8 + 2) and fres[1]["sizes"]["param"] == 4 * (
+    4 * 6 + 4 + 1 * 8 + 1
+)
 
 # %% [markdown]
 # The stage formulas for a big model: the ZeRO paper's example, 7.5 billion parameters on 64 GPUs with mixed
 # precision (K = 12), and the same model in float32 Adam (16 bytes per parameter) on 8 GPUs.
 
+
 # %%
 def zero_bytes(psi: float, n: int, p: int = 2, g: int = 2, k: int = 12) -> dict[str, float]:
     """Bytes per rank: weights p, gradients g and optimizer states k bytes per parameter, n ranks."""
-    return {"DDP": (p + g + k) * psi, "ZeRO-1": (p + g) * psi + k * psi / n,
-            "ZeRO-2": p * psi + (g + k) * psi / n, "ZeRO-3": (p + g + k) * psi / n}
+    return {
+        "DDP": (p + g + k) * psi,
+        "ZeRO-1": (p + g) * psi + k * psi / n,
+        "ZeRO-2": p * psi + (g + k) * psi / n,
+        "ZeRO-3": (p + g + k) * psi / n,
+    }
 
 
 paper = zero_bytes(7.5e9, 64)
 fp32 = zero_bytes(7.5e9, 8, p=4, g=4, k=8)
 for stage in paper:
-    print(f"{stage:7} mixed precision, 64 GPUs: {paper[stage] / 1e9:6.1f} GB | float32 Adam, 8 GPUs: {fp32[stage] / 1e9:6.1f} GB")
+    print(
+        f"{stage:7} mixed precision, 64 GPUs: {paper[stage] / 1e9:6.1f} GB | float32 Adam, 8 GPUs: {fp32[stage] / 1e9:6.1f} GB"
+    )
 assert [round(v / 1e9, 1) for v in paper.values()] == [120.0, 31.4, 16.6, 1.9]  # the paper's Figure 1
 
 # %% [markdown]
@@ -311,7 +329,9 @@ assert sorted(os.listdir(ckpt)) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
 meta = dcp.FileSystemReader(ckpt).read_metadata()
 where = {}
 for index, info in meta.storage_data.items():
-    where.setdefault(index.fqn, []).append((tuple(index.offset) if index.offset is not None else None, info.relative_path))
+    where.setdefault(index.fqn, []).append(
+        (tuple(index.offset) if index.offset is not None else None, info.relative_path)
+    )
 for fqn in ("model.2.weight", "optim.state.2.weight.exp_avg", "optim.state.2.weight.step"):
     md = meta.state_dict_metadata[fqn]
     chunks = [(tuple(c.offsets), tuple(c.sizes)) for c in md.chunks]
@@ -397,8 +417,10 @@ true_acc = correct.sum().item() / N
 per_rank = {r: correct[idx] for r, idx in padded.items()}
 mean_of_ranks = sum(c.float().mean().item() for c in per_rank.values()) / WORLD
 pooled = sum(c.sum().item() for c in per_rank.values()) / sum(len(c) for c in per_rank.values())
-print(f"true accuracy {true_acc:.4f} | mean of the ranks' accuracies {mean_of_ranks:.4f} | "
-      f"all-reduced counts with padding {pooled:.4f}")
+print(
+    f"true accuracy {true_acc:.4f} | mean of the ranks' accuracies {mean_of_ranks:.4f} | "
+    f"all-reduced counts with padding {pooled:.4f}"
+)
 assert true_acc == 0.4 and mean_of_ranks != true_acc and pooled != true_acc
 assert pooled == 6 / 12 and abs(mean_of_ranks - 6 / 12) < 1e-6
 
@@ -416,9 +438,14 @@ assert pooled == 6 / 12 and abs(mean_of_ranks - 6 / 12) < 1e-6
 unpadded = {r: samples[r::WORLD] for r in range(WORLD)}
 counts = torch.stack([torch.tensor([correct[idx].sum(), len(idx)]) for idx in unpadded.values()])
 n_correct, n_seen = counts.sum(dim=0).tolist()  # = dist.all_reduce(counts_of_this_rank, op=SUM)
-dropped = {r: list(DistributedSampler(samples, num_replicas=WORLD, rank=r, shuffle=False, drop_last=True)) for r in range(WORLD)}
+dropped = {
+    r: list(DistributedSampler(samples, num_replicas=WORLD, rank=r, shuffle=False, drop_last=True))
+    for r in range(WORLD)
+}
 print("unpadded shards:", unpadded, f"-> {n_correct}/{n_seen} = {n_correct / n_seen:.4f}")
-print("drop_last=True:", dropped, "-> never evaluated:", sorted(set(samples) - {i for v in dropped.values() for i in v}))
+print(
+    "drop_last=True:", dropped, "-> never evaluated:", sorted(set(samples) - {i for v in dropped.values() for i in v})
+)
 assert n_seen == N and n_correct / n_seen == true_acc
 assert sorted(i for v in unpadded.values() for i in v) == samples
 assert sorted(set(samples) - {i for v in dropped.values() for i in v}) == [8, 9]
@@ -445,16 +472,24 @@ assert sorted(set(samples) - {i for v in dropped.values() for i in v}) == [8, 9]
 # all of them on a multi-dimensional `DeviceMesh`, e.g. `init_device_mesh("cuda", (n_nodes, 8),
 # mesh_dim_names=("dp", "tp"))`.
 
+
 # %%
 def draw_parallelism(ax):
     """Which rank holds which part of a two-layer model (L1, L2) and which part of the batch.
 
     FSDP2 and ColwiseParallel shard a weight's dim 0 (output units, drawn across); RowwiseParallel dim 1 (drawn up).
     """
-    rows = [("DDP", [(0, 1), (0, 1)], [(0, 1), (0, 1)], "half batch each"),
-            ("FSDP2 / ZeRO-3", [(0, .5), (.5, 1)], [(0, .5), (.5, 1)], "half batch each; layers gathered to run"),
-            ("tensor parallel", [(0, .5), (.5, 1)], [(0, .5), (.5, 1)], "whole batch; L1 by output units, L2 by input units"),
-            ("pipeline parallel", [(0, 1), None], [None, (0, 1)], "micro-batches flow rank 0 → rank 1")]
+    rows = [
+        ("DDP", [(0, 1), (0, 1)], [(0, 1), (0, 1)], "half batch each"),
+        ("FSDP2 / ZeRO-3", [(0, 0.5), (0.5, 1)], [(0, 0.5), (0.5, 1)], "half batch each; layers gathered to run"),
+        (
+            "tensor parallel",
+            [(0, 0.5), (0.5, 1)],
+            [(0, 0.5), (0.5, 1)],
+            "whole batch; L1 by output units, L2 by input units",
+        ),
+        ("pipeline parallel", [(0, 1), None], [None, (0, 1)], "micro-batches flow rank 0 → rank 1"),
+    ]
     colours = ["tab:blue", "tab:orange"]
     for i, (name, l1, l2, note) in enumerate(rows):
         y = -i * 1.6
@@ -467,17 +502,32 @@ def draw_parallelism(ax):
                 if part is not None:
                     shaded_axis_is_rows = name == "tensor parallel" and layer == "L2"
                     if shaded_axis_is_rows:  # a row slice of L2's weight: the input features
-                        ax.add_patch(Rectangle((x, y + 0.7 * (1 - part[1])), 1.1, 0.7 * (part[1] - part[0]),
-                                               color=colours[rank], alpha=.6))
+                        ax.add_patch(
+                            Rectangle(
+                                (x, y + 0.7 * (1 - part[1])),
+                                1.1,
+                                0.7 * (part[1] - part[0]),
+                                color=colours[rank],
+                                alpha=0.6,
+                            )
+                        )
                     else:
-                        ax.add_patch(Rectangle((x + 1.1 * part[0], y), 1.1 * (part[1] - part[0]), 0.7,
-                                               color=colours[rank], alpha=.6))
+                        ax.add_patch(
+                            Rectangle(
+                                (x + 1.1 * part[0], y), 1.1 * (part[1] - part[0]), 0.7, color=colours[rank], alpha=0.6
+                            )
+                        )
                 ax.text(x + 0.55, y + 0.35, layer, ha="center", va="center", fontsize=9)
         ax.text(6.0, y + 0.35, note, va="center", fontsize=9)
     for rank in (0, 1):
         ax.text(rank * 3.0 + 1.2, 1.0, f"rank {rank}", ha="center", fontsize=10, color=colours[rank])
-    ax.text(-3.2, -5.1, "each box is a layer's weight matrix: across = its output units, up = its input units",
-            fontsize=8, color="grey")
+    ax.text(
+        -3.2,
+        -5.1,
+        "each box is a layer's weight matrix: across = its output units, up = its input units",
+        fontsize=8,
+        color="grey",
+    )
     ax.set_xlim(-3.2, 10.5)
     ax.set_ylim(-5.2, 1.4)
     ax.axis("off")
@@ -498,8 +548,14 @@ assert len(ax.patches) == 4 * 2 * 2 + 4 * 2 * 2 - 2  # every slot outlined, all 
 import torch.distributed.pipelining as pipelining
 import torch.distributed.tensor.parallel as tp
 
-print("tensor.parallel:", [n for n in ("parallelize_module", "ColwiseParallel", "RowwiseParallel", "SequenceParallel") if hasattr(tp, n)])
-print("pipelining:", [n for n in ("pipeline", "SplitPoint", "PipelineStage", "ScheduleGPipe", "Schedule1F1B") if hasattr(pipelining, n)])
+print(
+    "tensor.parallel:",
+    [n for n in ("parallelize_module", "ColwiseParallel", "RowwiseParallel", "SequenceParallel") if hasattr(tp, n)],
+)
+print(
+    "pipelining:",
+    [n for n in ("pipeline", "SplitPoint", "PipelineStage", "ScheduleGPipe", "Schedule1F1B") if hasattr(pipelining, n)],
+)
 assert all(hasattr(tp, n) for n in ("parallelize_module", "ColwiseParallel", "RowwiseParallel"))
 assert all(hasattr(pipelining, n) for n in ("pipeline", "PipelineStage", "ScheduleGPipe"))
 
@@ -569,8 +625,10 @@ with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_
     except ValueError as err:
         report(f"DDP(mp_model, device_ids=[0]): ValueError: {str(err).split(', but got')[0]}")
     ddp_mp_model = DDP(mp_model)  # device_ids=None: the module places its own layers
-    report(f"ToyMpModel on {dev0} and {dev1}; ddp.device_ids = {ddp_mp_model.device_ids}, "
-           f"multi-device module: {ddp_mp_model.is_multi_device_module}")
+    report(
+        f"ToyMpModel on {dev0} and {dev1}; ddp.device_ids = {ddp_mp_model.device_ids}, "
+        f"multi-device module: {ddp_mp_model.is_multi_device_module}"
+    )
     g = torch.Generator().manual_seed(1)
     x, labels = torch.randn(40, 10, generator=g), torch.randn(40, 5, generator=g)
     mine = slice(20 * r, 20 * (r + 1))  # the notes' batch of 20 on each rank
@@ -599,13 +657,15 @@ with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_
         out = mlp(x)
         forward_counts = {str(k).split(".")[-1]: v for k, v in comm.get_comm_counts().items()}
         out.sum().backward()
-    report(f"tp output {type(out).__name__} {tuple(out.shape)}; collectives forward {forward_counts}, "
-           f"forward + backward { {str(k).split('.')[-1]: v for k, v in comm.get_comm_counts().items()} }")
+    report(
+        f"tp output {type(out).__name__} {tuple(out.shape)}; collectives forward {forward_counts}, "
+        f"forward + backward { {str(k).split('.')[-1]: v for k, v in comm.get_comm_counts().items()} }"
+    )
     reference_out = whole(x_whole)
     reference_out.sum().backward()
     torch.testing.assert_close(out, reference_out)
     torch.testing.assert_close(x.grad, x_whole.grad)
-    for (name, p), q in zip(mlp.named_parameters(), whole.parameters()):
+    for p, q in zip(mlp.parameters(), whole.parameters()):
         torch.testing.assert_close(p.grad.full_tensor(), q.grad)
     report("tp output and gradients (parameters and input) equal the unsplit MLP")
 
@@ -616,8 +676,10 @@ with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_
         w, b = mlp[2].weight, mlp[2].bias
         y = F.linear(DTensor.from_local(h, mesh, [Shard(1)]), w, b)
         bias_split = torch.allclose(y.to_local(), h @ w.to_local().T + b.to_local() / info.world_size)
-    report(f"row-parallel Linear before the all-reduce: {y.placements}; local = partial product + bias / "
-           f"{info.world_size}: {bias_split}")
+    report(
+        f"row-parallel Linear before the all-reduce: {y.placements}; local = partial product + bias / "
+        f"{info.world_size}: {bias_split}"
+    )
     save_result(args.out, {"done": True})
 
 # %%
@@ -625,13 +687,21 @@ mp = run_torchrun("runs/model_parallel.py", nproc=2, args=["--out", WORK / "mp"]
 launch_seconds["model_parallel"] = mp.wall_s
 mp.print_ranks()
 mlines = mp.by_rank()
-assert mlines[0][0].startswith("DDP(mp_model, device_ids=[0]): ValueError: DistributedDataParallel device_ids "
-                               "and output_device arguments only work with single-device/multiple-device GPU")
+assert mlines[0][0].startswith(
+    "DDP(mp_model, device_ids=[0]): ValueError: DistributedDataParallel device_ids "
+    "and output_device arguments only work with single-device/multiple-device GPU"
+)
 assert "ddp.device_ids = None" in mlines[0][1] and mlines[0][2].startswith("DDP over ToyMpModel")
-assert mlines[0][3] == "tp 0.weight (Shard(dim=0),) local (3, 4)" and mlines[0][5] == "tp 2.weight (Shard(dim=1),) local (4, 3)"
+assert (
+    mlines[0][3] == "tp 0.weight (Shard(dim=0),) local (3, 4)"
+    and mlines[0][5] == "tp 2.weight (Shard(dim=1),) local (4, 3)"
+)
 assert mlines[1][7].endswith("collectives forward {'all_reduce': 1}, forward + backward {'all_reduce': 2}")
 assert mlines[1][8] == "tp output and gradients (parameters and input) equal the unsplit MLP"
-assert mlines[1][9] == "row-parallel Linear before the all-reduce: (Partial(sum),); local = partial product + bias / 2: True"
+assert (
+    mlines[1][9]
+    == "row-parallel Linear before the all-reduce: (Partial(sum),); local = partial product + bias / 2: True"
+)
 
 # %% [markdown]
 # The column-parallel bias is sharded too (3 of the 6 hidden units on each rank). The row-parallel bias is
@@ -748,15 +818,18 @@ launch_seconds["compiled_ddp"] = comp.wall_s
 comp.print_ranks()
 layer_bytes = 4 * (512 * 512 + 512)
 for r in (0, 1):
-    assert comp.by_rank()[r][:3] == ["default torch._dynamo.config.optimize_ddp = True",
-                                     f"eager DDP, bucket_cap_mb=None: bucket bytes after step 1 {[4 * layer_bytes]}, "
-                                     f"after step 2 {[layer_bytes, 3 * layer_bytes]}",
-                                     f"eager DDP, bucket_cap_mb=1: bucket bytes after step 1 {[4 * layer_bytes]}, "
-                                     f"after step 2 {4 * [layer_bytes]}"]
-    assert comp.by_rank()[r][3:] == ["optimize_ddp=True: 4 graph(s), Linear layers in each: [1, 1, 1, 1]; gradients = eager DDP",
-                                     "optimize_ddp=False: 1 graph(s), Linear layers in each: [4]; gradients = eager DDP",
-                                     "bucket_cap_mb=0.25: AssertionError: First bucket should be smaller/equal to "
-                                     "other buckets to get comms warmed up ASAP"]
+    assert comp.by_rank()[r][:3] == [
+        "default torch._dynamo.config.optimize_ddp = True",
+        f"eager DDP, bucket_cap_mb=None: bucket bytes after step 1 {[4 * layer_bytes]}, "
+        f"after step 2 {[layer_bytes, 3 * layer_bytes]}",
+        f"eager DDP, bucket_cap_mb=1: bucket bytes after step 1 {[4 * layer_bytes]}, after step 2 {4 * [layer_bytes]}",
+    ]
+    assert comp.by_rank()[r][3:] == [
+        "optimize_ddp=True: 4 graph(s), Linear layers in each: [1, 1, 1, 1]; gradients = eager DDP",
+        "optimize_ddp=False: 1 graph(s), Linear layers in each: [4]; gradients = eager DDP",
+        "bucket_cap_mb=0.25: AssertionError: First bucket should be smaller/equal to "
+        "other buckets to get comms warmed up ASAP",
+    ]
 
 # %% [markdown]
 # Eager DDP first: one bucket of all 4 layers (4 × 1,050,624 bytes, weights and biases) in the first step; from
@@ -844,6 +917,7 @@ ex.check(1, ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic)
 # Then look at `torch.cat([fsdp_shard(w, r, 4) for r in range(4)])` for a 5-row `w`: what all-gathering the
 # padded shards gives. Where is the padding, and how do you get `w` back?
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
 def fsdp_shard(param: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -867,6 +941,7 @@ ex.check(2, fsdp_shard)
 # The check reshards 2 → 3, 2 → 1, 4 → 2, 2 → 5 and 3 → 3, then loads the full state dict of 2 → 1 into a plain
 # model with `load_state_dict`, as section 2 did. For more: do it the way DCP does, where each new rank copies
 # only the rows of the old shards that overlap its own range, without building any full tensor.
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

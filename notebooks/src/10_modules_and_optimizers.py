@@ -68,6 +68,7 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type)
 # A **buffer (缓冲区)** is state that is not learned by gradient descent but belongs to the model, such as
 # BatchNorm's running mean. The `training` flag is plain state too: `train()` and `eval()` set it on every sub-module.
 
+
 # %%
 class Scaler(nn.Module):
     def __init__(self):
@@ -94,8 +95,16 @@ print("state_dict()      :", list(m.state_dict()))
 m(torch.ones(4, 3))
 m(torch.ones(4, 3))
 m.to(torch.float64)
-print("after two calls and .to(float64): calls =", m.calls.item(), "| dtypes:",
-      m.scale.dtype, m.cache.dtype, m.calls.dtype, "| plain attribute:", m.note.dtype)
+print(
+    "after two calls and .to(float64): calls =",
+    m.calls.item(),
+    "| dtypes:",
+    m.scale.dtype,
+    m.cache.dtype,
+    m.calls.dtype,
+    "| plain attribute:",
+    m.note.dtype,
+)
 assert m.note.dtype == torch.float32 and m.cache.dtype == torch.float64 and m.calls.dtype == torch.long
 
 # %% [markdown]
@@ -110,6 +119,7 @@ assert m.note.dtype == torch.float32 and m.cache.dtype == torch.float64 and m.ca
 # The forward pass still works, which is what makes this bug silent: the optimizer, `state_dict()` and `.to()`
 # never see those parameters. `nn.ModuleList` (a list that registers) and `nn.Sequential` (which also defines
 # `forward` as "call each layer in order") fix it.
+
 
 # %%
 class Blocks(nn.Module):
@@ -127,8 +137,10 @@ for container in (list, nn.ModuleList):
     net = Blocks(container)
     n_params = sum(p.numel() for p in net.parameters())
     out = net(torch.ones(1, 4))
-    print(f"{container.__name__:10} forward works: {tuple(out.shape)}  parameters: {n_params:2}  "
-          f"state_dict keys: {len(net.state_dict())}")
+    print(
+        f"{container.__name__:10} forward works: {tuple(out.shape)}  parameters: {n_params:2}  "
+        f"state_dict keys: {len(net.state_dict())}"
+    )
 try:
     torch.optim.SGD(Blocks(list).parameters(), lr=0.1)
 except ValueError as err:
@@ -153,6 +165,7 @@ assert sum(p.numel() for p in Blocks(nn.ModuleList).parameters()) == 3 * (16 + 4
 # $\sqrt{2/\text{fan}}$, where `mode="fan_out"` uses fan = out_channels × kernel area. `model.apply(fn)` is the
 # same walk written as a callback. We check the measured standard deviation against the formula.
 
+
 # %%
 def init_weights(model):
     for layer in model.modules():
@@ -172,7 +185,8 @@ seed_everything(0)
 cnn = nn.Sequential(
     nn.Sequential(nn.Conv2d(16, 64, 3), nn.BatchNorm2d(64), nn.ReLU()),
     nn.Sequential(nn.Conv2d(64, 128, 3), nn.BatchNorm2d(128), nn.ReLU()),
-    nn.Flatten(), nn.Linear(128 * 4 * 4, 10),  # for 8x8 inputs
+    nn.Flatten(),
+    nn.Linear(128 * 4 * 4, 10),  # for 8x8 inputs
 )
 init_weights(cnn)
 for name, layer in cnn.named_modules():
@@ -210,6 +224,7 @@ assert len(conv_model) == 2
 # the **unbiased** estimate (无偏估计, divide by n − 1): for 0, 1, …, 10 the variance is 110 / 10 = 11, so the last
 # value is 5/√11 = 1.5076, exactly the output printed in the notes.
 
+
 # %%
 class Norm(nn.Module):  # the notes' layer without parameters
     def forward(self, x):
@@ -230,6 +245,7 @@ assert math.isclose(y[-1].item(), 5 / math.sqrt(11), rel_tol=1e-6)
 # Its commented-out alternative uses `nn.Linear`. Mind the layout: `nn.Linear` stores `weight` as
 # **(out_features, in_features)** and computes `x @ weight.T + bias`, while `TwoLayerNet` stores (in, out) and
 # computes `x @ weight1`. Copying the transposed weights gives the same function.
+
 
 # %%
 class TwoLayerNet(nn.Module):
@@ -254,7 +270,7 @@ for name, param in model.named_parameters():
 criterion = nn.MSELoss(reduction="sum")
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
 losses = []
-for t in range(500):
+for _t in range(500):
     loss = criterion(model(x), y)
     losses.append(loss.item())
     optimizer.zero_grad()
@@ -319,8 +335,10 @@ assert all(not layer.training for layer in drop.modules())  # eval() reaches eve
 
 # %%
 v = torch.arange(11.0)
-print(f"torch var {v.var():.1f} (unbiased) | var(correction=0) {v.var(correction=0):.1f} | numpy var "
-      f"{np.var(v.numpy()):.1f} | std {v.std():.4f}")
+print(
+    f"torch var {v.var():.1f} (unbiased) | var(correction=0) {v.var(correction=0):.1f} | numpy var "
+    f"{np.var(v.numpy()):.1f} | std {v.std():.4f}"
+)
 assert math.isclose(v.var(), 11, rel_tol=1e-6) and math.isclose(v.var(correction=0), 10, rel_tol=1e-6)
 assert math.isclose(np.var(v.numpy()), 10, rel_tol=1e-6)
 
@@ -385,8 +403,14 @@ before = layer.weight.detach().clone()
 layer(torch.ones(1, 2, device=device)).sum().backward()
 optimizer.step()
 stale = optimizer.param_groups[0]["params"][0]
-print("optimizer holds the model's tensors:", stale is layer.weight, "| its tensor has a gradient:",
-      stale.grad is not None, "| the model changed:", not torch.equal(before, layer.weight))
+print(
+    "optimizer holds the model's tensors:",
+    stale is layer.weight,
+    "| its tensor has a gradient:",
+    stale.grad is not None,
+    "| the model changed:",
+    not torch.equal(before, layer.weight),
+)
 assert stale is not layer.weight and torch.equal(before, layer.weight)
 
 # %% [markdown]
@@ -408,12 +432,16 @@ head_ids = {id(p) for p in resnet.fc.parameters()}
 backbone = [p for p in resnet.parameters() if id(p) not in head_ids]
 optimizer = torch.optim.SGD(
     [{"params": backbone, "lr": 1e-3}, {"params": resnet.fc.parameters()}],
-    lr=1e-2, momentum=0.9, weight_decay=1e-4,
+    lr=1e-2,
+    momentum=0.9,
+    weight_decay=1e-4,
 )
 for name, group in zip(("backbone", "head"), optimizer.param_groups):
     n = sum(p.numel() for p in group["params"])
-    print(f"{name:8} tensors={len(group['params']):2} numbers={n:>10,} lr={group['lr']} "
-          f"momentum={group['momentum']} weight_decay={group['weight_decay']}")
+    print(
+        f"{name:8} tensors={len(group['params']):2} numbers={n:>10,} lr={group['lr']} "
+        f"momentum={group['momentum']} weight_decay={group['weight_decay']}"
+    )
 assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(resnet.parameters()))
 try:
     torch.optim.SGD([{"params": resnet.parameters()}, {"params": resnet.fc.parameters()}], lr=0.1)
@@ -436,6 +464,7 @@ assert refused is not None and "more than one parameter group" in str(refused)
 # by mistake. A rule used by much code today covers those cases too: **decay tensors with two or more dimensions,
 # not the 1-D ones** (biases, norm weights).
 
+
 # %%
 def notes_groups(model):
     g0, g1, g2 = [], [], []  # BN weights, other weights, biases
@@ -450,19 +479,29 @@ def notes_groups(model):
 
 
 g0, g1, g2 = notes_groups(resnet)
-print(f"ResNet-18: BN weights {len(g0)}, decayed weights {len(g1)}, biases {len(g2)}, "
-      f"total {len(g0) + len(g1) + len(g2)} of {len(list(resnet.parameters()))} parameter tensors")
+print(
+    f"ResNet-18: BN weights {len(g0)}, decayed weights {len(g1)}, biases {len(g2)}, "
+    f"total {len(g0) + len(g1) + len(g2)} of {len(list(resnet.parameters()))} parameter tensors"
+)
 decay = [p for p in resnet.parameters() if p.ndim >= 2]
 no_decay = [p for p in resnet.parameters() if p.ndim < 2]
 assert {id(p) for p in decay} == {id(p) for p in g1}
 assert {id(p) for p in no_decay} == {id(p) for p in g0 + g2}
-optimizer = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=0.1, momentum=0.9, nesterov=True)
+optimizer = torch.optim.SGD(
+    [{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
+    lr=0.1,
+    momentum=0.9,
+    nesterov=True,
+)
 
 block = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
 g0, g1, g2 = notes_groups(block)
-print("with a LayerNorm, the notes' rule decays", [tuple(p.shape) for p in g1], "- the ndim rule decays",
-      [tuple(p.shape) for p in block.parameters() if p.ndim >= 2])
+print(
+    "with a LayerNorm, the notes' rule decays",
+    [tuple(p.shape) for p in g1],
+    "- the ndim rule decays",
+    [tuple(p.shape) for p in block.parameters() if p.ndim >= 2],
+)
 assert any(p is block[1].weight for p in g1)
 
 # %% [markdown]
@@ -604,9 +643,15 @@ traces = {
     "StepLR(20, 0.5)": lr_trace(lambda o: [sched.StepLR(o, 20, 0.5)]),
     "ExponentialLR(0.95)": lr_trace(lambda o: [sched.ExponentialLR(o, 0.95)]),
     "CosineAnnealingLR(50)": lr_trace(lambda o: [sched.CosineAnnealingLR(o, T_max=50, eta_min=0.001)]),
-    "warm-up 5 + cosine": lr_trace(lambda o: [sched.SequentialLR(
-        o, [sched.LinearLR(o, start_factor=0.1, total_iters=5), sched.CosineAnnealingLR(o, T_max=45)],
-        milestones=[5])]),
+    "warm-up 5 + cosine": lr_trace(
+        lambda o: [
+            sched.SequentialLR(
+                o,
+                [sched.LinearLR(o, start_factor=0.1, total_iters=5), sched.CosineAnnealingLR(o, T_max=45)],
+                milestones=[5],
+            )
+        ]
+    ),
     "OneCycleLR(max 0.1)": lr_trace(lambda o: [sched.OneCycleLR(o, max_lr=0.1, total_steps=50, pct_start=0.3)]),
     "WarmRestarts(T_0=10)": lr_trace(lambda o: [sched.CosineAnnealingWarmRestarts(o, T_0=10)]),
 }
@@ -659,8 +704,9 @@ from torch.optim.swa_utils import SWALR, AveragedModel, get_ema_multi_avg_fn, up
 seed_everything(0)
 X = torch.randn(1024, 8)
 y = (2 * X[:, :1] - X[:, 1:2]).tanh() + 0.1 * torch.randn(1024, 1)
-train_loader = DataLoader(TensorDataset(X[:768], y[:768]), batch_size=64, shuffle=True,
-                          generator=torch.Generator().manual_seed(0))
+train_loader = DataLoader(
+    TensorDataset(X[:768], y[:768]), batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0)
+)
 model = nn.Sequential(nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 swa_model = AveragedModel(model)
@@ -678,16 +724,20 @@ for epoch in range(epochs):
         snapshots.append([p.detach().clone() for p in model.parameters()])
 for averaged, *history in zip(swa_model.module.parameters(), *snapshots):
     torch.testing.assert_close(averaged, torch.stack(history).mean(0))
-print("n_averaged =", swa_model.n_averaged.item(), "| SWA parameters equal the mean of the", len(snapshots),
-      "snapshots")
+print(
+    "n_averaged =", swa_model.n_averaged.item(), "| SWA parameters equal the mean of the", len(snapshots), "snapshots"
+)
 
 stale_mean = swa_model.module[1].running_mean.clone()
 update_bn(train_loader, swa_model)
 with torch.no_grad():
     bn_input_mean = swa_model.module[0](X[:768]).mean(0)
 torch.testing.assert_close(swa_model.module[1].running_mean, bn_input_mean, atol=1e-5, rtol=1e-5)
-print("BN running mean was stale before update_bn:", not torch.allclose(stale_mean, bn_input_mean),
-      "| after: it equals the mean of BN's inputs over the training data")
+print(
+    "BN running mean was stale before update_bn:",
+    not torch.allclose(stale_mean, bn_input_mean),
+    "| after: it equals the mean of BN's inputs over the training data",
+)
 
 model.eval()
 swa_model.eval()
@@ -845,6 +895,7 @@ ex.check(1, answer_1)
 # `(n,)`, exactly as `nn.LayerNorm(n, eps=eps)`. It must work for inputs of any number of dimensions, train (its
 # parameters get gradients) and follow `.to(torch.float64)` (section 1.1).
 
+
 # %%
 # ✏️ Exercise 2: write __init__ and forward
 class MyLayerNorm(nn.Module):
@@ -875,6 +926,7 @@ ex.check(2, MyLayerNorm)
 #
 # Return `(optimizer, lrs)`, where `lrs[i]` is the learning rate of the i-th optimizer step, read from
 # `optimizer.param_groups[0]["lr"]` just before that step.
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

@@ -154,13 +154,17 @@ def same_grads(grads_a, grads_b):
 
 act = batch * width * 4  # bytes of one activation
 plain_bytes, plain_calls, plain_grads = run(None)
-print(f"no checkpointing: {plain_bytes / 2**10:.0f} KiB saved = {plain_bytes / act:.0f} activations, "
-      f"{plain_calls} Linear forwards")
+print(
+    f"no checkpointing: {plain_bytes / 2**10:.0f} KiB saved = {plain_bytes / act:.0f} activations, "
+    f"{plain_calls} Linear forwards"
+)
 for segments in (2, 4, 8):
     saved_bytes, calls, grads = run(segments)
     same = same_grads(grads, plain_grads)
-    print(f"{segments} segments:      {saved_bytes / 2**10:.0f} KiB saved = {saved_bytes / act:.0f} activations, "
-          f"{calls} Linear forwards, same gradients: {same}")
+    print(
+        f"{segments} segments:      {saved_bytes / 2**10:.0f} KiB saved = {saved_bytes / act:.0f} activations, "
+        f"{calls} Linear forwards, same gradients: {same}"
+    )
     assert same and saved_bytes < plain_bytes
     assert calls == n_layers + (n_layers - n_layers // segments)  # every checkpointed Linear runs twice
 assert run(4)[0] == 8 * act  # sqrt(16) = 4 segments: 3 kept inputs + the last segment (4 outputs + its input)
@@ -186,15 +190,21 @@ for n in (16, 64):
         del out
     segment_counts[n] = (ks, measured)
     best = ks[int(np.argmin(measured))]
-    print(f"N={n:2}: saved activations per segment count {dict(zip(ks, [int(m) for m in measured]))}"
-          f" -> best k={best} (sqrt(N)={math.isqrt(n)})")
+    print(
+        f"N={n:2}: saved activations per segment count {dict(zip(ks, [int(m) for m in measured]))}"
+        f" -> best k={best} (sqrt(N)={math.isqrt(n)})"
+    )
     assert best == math.isqrt(n)
 fig, ax = plt.subplots(figsize=(6, 3))
 for n, (ks, measured) in segment_counts.items():
     ax.plot(ks, measured, "o-", label=f"N = {n} layers")
     ax.axvline(math.isqrt(n), ls=":", color="gray")
-ax.set(xscale="log", xlabel="segments k (dotted: sqrt(N))", ylabel="saved activations",
-       title="checkpoint_sequential: memory is smallest at k = sqrt(N)")
+ax.set(
+    xscale="log",
+    xlabel="segments k (dotted: sqrt(N))",
+    ylabel="saved activations",
+    title="checkpoint_sequential: memory is smallest at k = sqrt(N)",
+)
 ax.set_xticks([1, 2, 4, 8, 16, 32, 64], labels=["1", "2", "4", "8", "16", "32", "64"])
 ax.legend()
 plt.show()
@@ -219,6 +229,7 @@ plt.show()
 # The notes' `torch.cuda.empty_cache()` hands cached but unused blocks back to the driver (`nvidia-smi` drops)
 # without changing what the program needs at its peak, as the notes observed.
 
+
 # %%
 def cuda_peaks_mib(segments, inputs):
     """Peak memory above the starting point (weights, inputs): after the forward, and over the whole step."""
@@ -241,8 +252,10 @@ if device.type == "cuda":
     for segments in (None, 4):
         cuda_peaks_mib(segments, x_heavy)  # warm-up: cuBLAS workspaces and cached blocks exist before measuring
     (plain_fwd, plain_step), (ckpt_fwd, ckpt_step) = cuda_peaks_mib(None, x_heavy), cuda_peaks_mib(4, x_heavy)
-    print(f"CUDA peak after forward: {plain_fwd:.0f} MiB without, {ckpt_fwd:.0f} MiB with 4 segments | "
-          f"whole step: {plain_step:.0f} MiB without, {ckpt_step:.0f} MiB with")
+    print(
+        f"CUDA peak after forward: {plain_fwd:.0f} MiB without, {ckpt_fwd:.0f} MiB with 4 segments | "
+        f"whole step: {plain_step:.0f} MiB without, {ckpt_step:.0f} MiB with"
+    )
     assert ckpt_fwd < 0.7 * plain_fwd and ckpt_step < 0.8 * plain_step
     reserved = torch.cuda.memory_reserved()
     torch.cuda.empty_cache()  # returns unused cached blocks to the driver: nvidia-smi shows less
@@ -384,9 +397,14 @@ rates = {}
 print("batch_size  num_workers  samples/s epoch 1  epoch 2")
 for batch_size in (32, 128):
     for workers in (0, 2):
-        loader = DataLoader(SlowImages(512, io_ms=1), batch_size=batch_size, num_workers=workers,
-                            persistent_workers=workers > 0, shuffle=True,
-                            generator=torch.Generator().manual_seed(0))
+        loader = DataLoader(
+            SlowImages(512, io_ms=1),
+            batch_size=batch_size,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(0),
+        )
         epoch1, epoch2 = samples_per_second(loader), samples_per_second(loader)
         rates[batch_size, workers] = epoch2
         print(f"{batch_size:10}  {workers:11}  {epoch1:16.0f}  {epoch2:7.0f}")
@@ -471,6 +489,7 @@ def counting_compiler(kind):
     def compiler(graph_module, example_inputs):
         graphs_compiled[kind] += 1
         return make_boxed_func(graph_module.forward)  # run the graph as it is, like aot_eager
+
     return compiler
 
 
@@ -541,8 +560,12 @@ assert "Unsupported Tensor.backward() call" in text
 # is given shows it; it is called once per compiled graph.
 
 # %%
-print("automatic_dynamic_shapes:", torch._dynamo.config.automatic_dynamic_shapes,
-      "| recompile_limit:", torch._dynamo.config.recompile_limit)
+print(
+    "automatic_dynamic_shapes:",
+    torch._dynamo.config.automatic_dynamic_shapes,
+    "| recompile_limit:",
+    torch._dynamo.config.recompile_limit,
+)
 compiles = []
 
 
@@ -589,6 +612,7 @@ assert len(compiles) == 4
 # otherwise), so a second run of this notebook on the same machine compiles much faster: the run time in the
 # header assumes that warm cache. We compile a small inference model once.
 
+
 # %%
 # NBVAL_IGNORE_OUTPUT
 class TanhGeluMLP(nn.Module):
@@ -625,8 +649,10 @@ with torch.no_grad():
     compile_cpu = time.process_time() - cpu_start
     _, later = timed(compiled, repeat=10)
     out_eager, eager = timed(mlp, repeat=10)
-print(f"first call {first:.1f} s ({compile_cpu:.1f} s CPU in this process; the C++ compiler runs in child "
-      f"processes) | later calls {later * 1e3:.1f} ms | eager {eager * 1e3:.1f} ms ({eager / later:.1f}x slower)")
+print(
+    f"first call {first:.1f} s ({compile_cpu:.1f} s CPU in this process; the C++ compiler runs in child "
+    f"processes) | later calls {later * 1e3:.1f} ms | eager {eager * 1e3:.1f} ms ({eager / later:.1f}x slower)"
+)
 assert first > 20 * later  # the first call pays for the compilation
 # Whether the fused code is also faster than eager depends on the CPU and on what else runs: measured here it was
 # 1.0x to 4x, so that is not asserted; the next cell checks the fusion itself.
@@ -727,7 +753,7 @@ X_train, y_train = make_data(8192)
 X_test, y_test = make_data(4096)
 classifier = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 optimizer = torch.optim.Adam(classifier.parameters(), lr=1e-3)
-for step in range(400):
+for _step in range(400):
     idx = torch.randint(0, len(X_train), (128,))
     optimizer.zero_grad()
     F.cross_entropy(classifier(X_train[idx]), y_train[idx]).backward()
@@ -749,8 +775,10 @@ def accuracy(model):
 with torch.no_grad():
     reference_pred = classifier(X_test).argmax(1)
 results = {"float32": (size_kib(classifier), accuracy(classifier), 1.0)}
-for name, config in (("int8 weight-only", Int8WeightOnlyConfig()),
-                     ("int8 dynamic", Int8DynamicActivationInt8WeightConfig())):
+for name, config in (
+    ("int8 weight-only", Int8WeightOnlyConfig()),
+    ("int8 dynamic", Int8DynamicActivationInt8WeightConfig()),
+):
     quantized = copy.deepcopy(classifier)
     quantize_(quantized, config)
     with torch.no_grad():
@@ -766,8 +794,10 @@ print("weight type after quantize_:", type(quantized[0].weight).__name__)
 print(f"float32 test accuracy: {5 * round(20 * results['float32'][1])} % (to the nearest 5 points)")
 print("model              size      accuracy within 0.5 points of float32   predictions equal to float32 >= 97 %")
 for name, (size, acc, agree) in results.items():
-    print(f"{name:17} {size:5.0f} KiB   {str(acc > results['float32'][1] - 0.005):>10}"
-          f"                             {str(agree >= 0.97):>10}")
+    print(
+        f"{name:17} {size:5.0f} KiB   {str(acc > results['float32'][1] - 0.005):>10}"
+        f"                             {str(agree >= 0.97):>10}"
+    )
 for name in ("int8 weight-only", "int8 dynamic"):
     size, acc, agree = results[name]
     assert size < 0.3 * results["float32"][0]
@@ -784,10 +814,16 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     old_style = torch.ao.quantization.quantize_dynamic(copy.deepcopy(classifier), {nn.Linear}, dtype=torch.qint8)
 deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-print(f"quantize_dynamic emitted {len(deprecations)} deprecation warning(s), e.g. "
-      f"{str(deprecations[0].message).splitlines()[0].strip()!r}")
-print("layer:", old_style[0]._get_name(), "| accuracy within 0.5 points of float32:",
-      accuracy(old_style) > results["float32"][1] - 0.005)
+print(
+    f"quantize_dynamic emitted {len(deprecations)} deprecation warning(s), e.g. "
+    f"{str(deprecations[0].message).splitlines()[0].strip()!r}"
+)
+print(
+    "layer:",
+    old_style[0]._get_name(),
+    "| accuracy within 0.5 points of float32:",
+    accuracy(old_style) > results["float32"][1] - 0.005,
+)
 assert deprecations and accuracy(old_style) > results["float32"][1] - 0.005
 assert "removed in 2.10" in str(deprecations[0].message)  # a release this PyTorch is already past:
 assert tuple(int(v) for v in torch.__version__.split(".")[:2]) > (2, 10)
@@ -828,8 +864,17 @@ with profile(activities=activities) as prof:
     with record_function("mlp_step"):
         mlp_step()
 events = {e.key: e for e in prof.key_averages()}
-for op in ("mlp_step", "aten::addmm", "aten::relu", "aten::mse_loss", "aten::mm", "aten::threshold_backward",
-           "Optimizer.step#SGD.step", "aten::add_", "aten::_foreach_add_"):
+for op in (
+    "mlp_step",
+    "aten::addmm",
+    "aten::relu",
+    "aten::mse_loss",
+    "aten::mm",
+    "aten::threshold_backward",
+    "Optimizer.step#SGD.step",
+    "aten::add_",
+    "aten::_foreach_add_",
+):
     print(f"{op:28} calls {events[op].count if op in events else 0}")
 assert events["aten::addmm"].count == 2 and events["aten::mm"].count == 3
 if device.type == "cuda":
@@ -876,7 +921,7 @@ profiler = cProfile.Profile()
 profiler.runcall(pipeline)
 stats = pstats.Stats(profiler)
 calls = {}
-for (filename, line, name), (cc, ncalls, tottime, cumtime, callers) in sorted(stats.stats.items()):
+for (_file, _line, name), (_cc, ncalls, *_times_and_callers) in sorted(stats.stats.items()):
     if name in ("pipeline", "flip_per_sample", "flip_vectorised") or "'flip'" in name:
         key = "Tensor.flip" if "'flip'" in name else name
         calls[key] = ncalls
@@ -894,12 +939,16 @@ torch.testing.assert_close(flip_per_sample(batch), flip_vectorised(batch))
 threads = torch.get_num_threads()
 torch.set_num_threads(1)
 try:
-    fastest = {f.__name__: min(timeit.repeat(lambda f=f: f(batch), number=1, repeat=7))
-               for f in (flip_per_sample, flip_vectorised)}
+    fastest = {
+        f.__name__: min(timeit.repeat(lambda f=f: f(batch), number=1, repeat=7))
+        for f in (flip_per_sample, flip_vectorised)
+    }
 finally:
     torch.set_num_threads(threads)
-print(f"per-sample loop {fastest['flip_per_sample'] * 1e3:.2f} ms | vectorised {fastest['flip_vectorised'] * 1e3:.2f} ms"
-      f" | ratio {fastest['flip_per_sample'] / fastest['flip_vectorised']:.0f}x")
+print(
+    f"per-sample loop {fastest['flip_per_sample'] * 1e3:.2f} ms | vectorised {fastest['flip_vectorised'] * 1e3:.2f} ms"
+    f" | ratio {fastest['flip_per_sample'] / fastest['flip_vectorised']:.0f}x"
+)
 assert fastest["flip_per_sample"] > fastest["flip_vectorised"]
 
 # %% [markdown]
@@ -953,6 +1002,7 @@ ex.check(1, answer_1)
 # each block's input (section 1.1 counts them). The blocks contain Dropout and `x` is data that does not require
 # grad: the gradients must still equal those of the plain loop (section 1.3 says which argument makes that true).
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
 def checkpointed(blocks: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
@@ -972,6 +1022,7 @@ ex.check(2, checkpointed)
 # ([notebook 04](04_mnist_cnn.ipynb), §13; they are buffers, [notebook 06](06_save_load_checkpoints.ipynb), §1),
 # and the convolution's other settings (`stride`, `padding`, `dilation`, `groups`). Convolutions followed by
 # BatchNorm are often built with `bias=False` ([notebook 04](04_mnist_cnn.ipynb), §12 says why).
+
 
 # %%
 # ✏️ Exercise 3: write the body of the function

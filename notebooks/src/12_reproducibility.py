@@ -60,6 +60,7 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type)
 # kernel with `PYTHONHASHSEED=0`). New Python processes show it: `subprocess` starts a fresh interpreter with the
 # environment we give it.
 
+
 # %%
 def draw():
     return random.random(), float(np.random.rand()), torch.rand(1).item()
@@ -73,8 +74,9 @@ print("re-seeding replays python, numpy and torch:", draw() == first)
 
 def hash_in_new_python(seed):
     env = {**os.environ, "PYTHONHASHSEED": seed}
-    return subprocess.run([sys.executable, "-c", "print(hash('torch'))"], env=env, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        [sys.executable, "-c", "print(hash('torch'))"], env=env, capture_output=True, text=True, check=True
+    ).stdout
 
 
 before, original = hash("torch"), os.environ.get("PYTHONHASHSEED")
@@ -123,9 +125,14 @@ assert hash("torch") == before and same and other
 # %%
 print("torch.set_deterministic exists:", hasattr(torch, "set_deterministic"))
 seed_everything(0, deterministic=True)
-print("deterministic algorithms:", torch.are_deterministic_algorithms_enabled(),
-      "| cudnn.deterministic =", torch.backends.cudnn.deterministic, "| cudnn.benchmark =",
-      torch.backends.cudnn.benchmark)
+print(
+    "deterministic algorithms:",
+    torch.are_deterministic_algorithms_enabled(),
+    "| cudnn.deterministic =",
+    torch.backends.cudnn.deterministic,
+    "| cudnn.benchmark =",
+    torch.backends.cudnn.benchmark,
+)
 assert not hasattr(torch, "set_deterministic") and torch.are_deterministic_algorithms_enabled()
 assert not torch.backends.cudnn.benchmark
 refused = []
@@ -149,18 +156,28 @@ assert not torch.are_deterministic_algorithms_enabled()
 
 # %%
 doc = torch.use_deterministic_algorithms.__doc__ or ""
-print("use_deterministic_algorithms' documentation names CUBLAS_WORKSPACE_CONFIG:", "CUBLAS_WORKSPACE_CONFIG" in doc,
-      "| torch.backends.cuda.cublas_workspace_size exists:", hasattr(torch.backends.cuda, "cublas_workspace_size"))
+print(
+    "use_deterministic_algorithms' documentation names CUBLAS_WORKSPACE_CONFIG:",
+    "CUBLAS_WORKSPACE_CONFIG" in doc,
+    "| torch.backends.cuda.cublas_workspace_size exists:",
+    hasattr(torch.backends.cuda, "cublas_workspace_size"),
+)
 assert "CUBLAS_WORKSPACE_CONFIG" not in doc and hasattr(torch.backends.cuda, "cublas_workspace_size")
 if device.type == "cuda":
-    probe = ("import torch\n"
-             "torch.use_deterministic_algorithms(True)\n"
-             "a = torch.randn(1024, 1024, device='cuda')\n"
-             "print(all(torch.equal(a @ a, a @ a) for _ in range(10)))\n")
+    probe = (
+        "import torch\n"
+        "torch.use_deterministic_algorithms(True)\n"
+        "a = torch.randn(1024, 1024, device='cuda')\n"
+        "print(all(torch.equal(a @ a, a @ a) for _ in range(10)))\n"
+    )
     env = {key: value for key, value in os.environ.items() if key != "CUBLAS_WORKSPACE_CONFIG"}
     result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
-    print("fresh process without the variable, deterministic mode: matmul ran:", result.returncode == 0,
-          "| identical bits:", result.stdout.strip())
+    print(
+        "fresh process without the variable, deterministic mode: matmul ran:",
+        result.returncode == 0,
+        "| identical bits:",
+        result.stdout.strip(),
+    )
     assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr[-1000:]
 else:
     print("CPU run: on a GPU a fresh process runs deterministic cuBLAS matrix products without the variable")
@@ -182,6 +199,7 @@ else:
 # identical parameters. Consuming a single extra random number anywhere (a debugging `torch.randn`, one more
 # augmentation, a layer added and removed) shifts every later draw, and the run diverges; a loader with its own
 # `generator` is at least immune to what happens to the global generator.
+
 
 # %%
 def train_once(seed, extra_draw=False):
@@ -215,8 +233,10 @@ def shuffled_order(generator=None):
 seed_everything(0)
 own = shuffled_order(torch.Generator().manual_seed(0))
 torch.randn(1)  # the same extra draw
-print("loader with its own generator, after an extra global draw, same order:",
-      shuffled_order(torch.Generator().manual_seed(0)) == own)
+print(
+    "loader with its own generator, after an extra global draw, same order:",
+    shuffled_order(torch.Generator().manual_seed(0)) == own,
+)
 assert shuffled_order(torch.Generator().manual_seed(0)) == own
 
 # %% [markdown]
@@ -244,14 +264,32 @@ assert left != right
 # records the current switches, which belong with every result too (TF32 for cuDNN convolutions is still on).
 
 # %%
-print("python", ".".join(map(str, sys.version_info[:2])), "| torch", torch.__version__.split("+")[0],
-      "| numpy", np.__version__.split(".")[0] + ".x")
-print("TF32 for matmul:", torch.backends.cuda.matmul.allow_tf32, "| TF32 for cuDNN convolutions:",
-      torch.backends.cudnn.allow_tf32, "| float32 matmul precision:", torch.get_float32_matmul_precision())
+print(
+    "python",
+    ".".join(map(str, sys.version_info[:2])),
+    "| torch",
+    torch.__version__.split("+")[0],
+    "| numpy",
+    np.__version__.split(".")[0] + ".x",
+)
+print(
+    "TF32 for matmul:",
+    torch.backends.cuda.matmul.allow_tf32,
+    "| TF32 for cuDNN convolutions:",
+    torch.backends.cudnn.allow_tf32,
+    "| float32 matmul precision:",
+    torch.get_float32_matmul_precision(),
+)
 assert not torch.backends.cuda.matmul.allow_tf32
 if torch.cuda.is_available():
-    print("CUDA", torch.version.cuda, "| cuDNN", torch.backends.cudnn.version(), "|",
-          [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+    print(
+        "CUDA",
+        torch.version.cuda,
+        "| cuDNN",
+        torch.backends.cudnn.version(),
+        "|",
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+    )
 else:
     print("CPU run: CUDA version, cuDNN version and GPU names are printed when a GPU is visible")
 
@@ -316,6 +354,7 @@ ex.check(1, answer_1)
 # not even once per epoch; that is also what makes worker processes repeat (section 3 and
 # [notebook 04](04_mnist_cnn.ipynb), §5).
 
+
 # %%
 # ✏️ Exercise 2: write the body of the function
 def seeded_loader(dataset, batch_size: int, seed: int) -> DataLoader:
@@ -335,6 +374,7 @@ ex.check(2, seeded_loader)
 # the draws after a restore are the draws that followed the snapshot. The snapshot goes into a checkpoint, so it
 # must survive `torch.save` and `torch.load(..., weights_only=True)` ([notebook 06](06_save_load_checkpoints.ipynb),
 # §4): the check saves and loads it before restoring. (`utils.checkpoint_files` has such functions; write your own.)
+
 
 # %%
 # ✏️ Exercise 3: write the bodies of the two functions

@@ -25,7 +25,8 @@ import pytest
 
 from tools.lab import START_PAGE
 from tools.notebooks import learner_env
-from utils.exercises import WRONG as NOT_YET, Checker, judge
+from utils.exercises import WRONG as NOT_YET
+from utils.exercises import Checker, judge
 from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 CHROMIUM = os.environ.get("TORCH_COURSE_CHROMIUM", "/usr/bin/chromium")
@@ -36,7 +37,9 @@ TOKEN = "torch-course-browser-test"
 WRONG = "answer_1 = [(2, 1, 4), (2, 4), (1, 4, 12)]"  # a and b swapped: keepdim misread
 RIGHT = "answer_1 = [(2, 4), (2, 1, 4), (1, 4, 12)]"
 
-playwright = pytest.importorskip("playwright.sync_api", reason="make test-browser installs it (requirements-browser.txt)")
+playwright = pytest.importorskip(
+    "playwright.sync_api", reason="make test-browser installs it (requirements-browser.txt)"
+)
 
 
 def _hint_for(source: str) -> str:
@@ -65,14 +68,31 @@ def lab(tmp_path_factory):
     port = _free_port()
     # A learner's environment, not the test session's: with its DeprecationWarnings as errors, JupyterLab
     # would start without its jupytext extension (whose loader warns), and saving would not pair.
-    env = dict(learner_env(), JUPYTER_CONFIG_DIR=str(root / "config"),
-               JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
-               JUPYTER_RUNTIME_DIR=str(root / "runtime"), TORCH_COURSE_DEVICE="cpu")
+    env = dict(
+        learner_env(),
+        JUPYTER_CONFIG_DIR=str(root / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(root / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
+        JUPYTER_RUNTIME_DIR=str(root / "runtime"),
+        TORCH_COURSE_DEVICE="cpu",
+    )
     log = open(root / "lab.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "tools.lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--folder={work}", f"--IdentityProvider.token={TOKEN}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tools.lab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--folder={work}",
+            f"--IdentityProvider.token={TOKEN}",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

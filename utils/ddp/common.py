@@ -132,7 +132,11 @@ def save_result(out_dir: str | os.PathLike[str] | None, obj: dict) -> None:
 def base_parser(description: str) -> argparse.ArgumentParser:
     """A parser with the options every script takes: ``--device {auto,cpu}`` and ``--out DIR``."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--device", choices=("auto", "cpu"), default="auto",
-                        help="auto: NCCL on cuda:LOCAL_RANK when there is a GPU per process, else gloo on CPU")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu"),
+        default="auto",
+        help="auto: NCCL on cuda:LOCAL_RANK when there is a GPU per process, else gloo on CPU",
+    )
     parser.add_argument("--out", default=None, help="folder for rank<N>.pt result files")
     return parser

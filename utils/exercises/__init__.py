@@ -32,8 +32,9 @@ import os
 import random
 import re
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 LOG_ENV_VAR = "TORCH_COURSE_EXERCISE_LOG"
 """When set, every check also appends one JSON line to this file (read by ``make progress``)."""
@@ -90,28 +91,50 @@ class Registry:
 
 # Advice for exceptions that learners' code commonly raises: (pattern in the message, advice, notebook section).
 KNOWN_ERRORS: list[tuple[str, str, str]] = [
-    (r"view size is not compatible with input tensor's size and stride",
-     "`view` cannot express this shape with the tensor's strides (a transposed tensor, say): use `reshape`, "
-     "which copies only when it must", "01 · 4. Memory layout: storage, strides, views (存储、步长与视图)"),
-    (r"shape '\[.*\]' is invalid for input of size",
-     "the new shape must hold exactly as many elements as the tensor: compute sizes from `x.shape` (or use -1 "
-     "once) instead of typing numbers", "01 · 3. Dimensions and shapes (维度与尺寸)"),
-    (r"shapes cannot be multiplied|size mismatch|must match the size of tensor",
-     "the shapes do not fit: print `.shape` of each operand and check which dimension should match",
-     "01 · 7. Broadcasting (广播) and matrix products (矩阵乘法)"),
-    (r"expected scalar type|expected .*dtype|found dtype|must have the same dtype",
-     "two tensors have different dtypes: convert one with `.to(dtype)` or `.float()`", "01 · 2. Data types (数据类型)"),
-    (r"does not require grad and does not have a grad_fn",
-     "nothing in this computation requires a gradient: the leaf needs `requires_grad=True`, and the path from it to "
-     "the loss must not pass through `.detach()`, `.data`, `.item()` or `torch.no_grad()`",
-     "02 · 1. `backward()` on a scalar"),
-    (r"backward through the graph a second time",
-     "backward frees the graph it used: build the graph again, or pass `retain_graph=True` if you truly need it twice",
-     "03 · 3. The graph is freed after `backward` (计算图在反向传播后立即销毁)"),
-    (r"leaf Variable that requires grad is being used in an in-place operation",
-     "update parameters inside `with torch.no_grad():`", "03 · 8. In-place operations that break autograd (原地操作)"),
-    (r"Expected all tensors to be on the same device",
-     "move every tensor and the model to one device with `.to(device)`", "01 · 11. Devices (设备)"),
+    (
+        r"view size is not compatible with input tensor's size and stride",
+        "`view` cannot express this shape with the tensor's strides (a transposed tensor, say): use `reshape`, "
+        "which copies only when it must",
+        "01 · 4. Memory layout: storage, strides, views (存储、步长与视图)",
+    ),
+    (
+        r"shape '\[.*\]' is invalid for input of size",
+        "the new shape must hold exactly as many elements as the tensor: compute sizes from `x.shape` (or use -1 "
+        "once) instead of typing numbers",
+        "01 · 3. Dimensions and shapes (维度与尺寸)",
+    ),
+    (
+        r"shapes cannot be multiplied|size mismatch|must match the size of tensor",
+        "the shapes do not fit: print `.shape` of each operand and check which dimension should match",
+        "01 · 7. Broadcasting (广播) and matrix products (矩阵乘法)",
+    ),
+    (
+        r"expected scalar type|expected .*dtype|found dtype|must have the same dtype",
+        "two tensors have different dtypes: convert one with `.to(dtype)` or `.float()`",
+        "01 · 2. Data types (数据类型)",
+    ),
+    (
+        r"does not require grad and does not have a grad_fn",
+        "nothing in this computation requires a gradient: the leaf needs `requires_grad=True`, and the path from it to "
+        "the loss must not pass through `.detach()`, `.data`, `.item()` or `torch.no_grad()`",
+        "02 · 1. `backward()` on a scalar",
+    ),
+    (
+        r"backward through the graph a second time",
+        "backward frees the graph it used: build the graph again, "
+        "or pass `retain_graph=True` if you truly need it twice",
+        "03 · 3. The graph is freed after `backward` (计算图在反向传播后立即销毁)",
+    ),
+    (
+        r"leaf Variable that requires grad is being used in an in-place operation",
+        "update parameters inside `with torch.no_grad():`",
+        "03 · 8. In-place operations that break autograd (原地操作)",
+    ),
+    (
+        r"Expected all tensors to be on the same device",
+        "move every tensor and the model to one device with `.to(device)`",
+        "01 · 11. Devices (设备)",
+    ),
 ]
 
 
@@ -173,7 +196,10 @@ def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
         with _own_random_state():
             remark = exercise.run(*answers)
     except NotImplementedError:
-        return NOT_ATTEMPTED, "Write your code in place of `raise NotImplementedError` above, run that cell, then this one."
+        return (
+            NOT_ATTEMPTED,
+            "Write your code in place of `raise NotImplementedError` above, run that cell, then this one.",
+        )
     except Hint as h:
         return WRONG, _with_section(h.message, h.section or exercise.section)
     except Exception as exc:  # the learner's code failed: say what and where, never a raw traceback
@@ -230,15 +256,19 @@ class Checker:
 
 def shape_answer(value: Any, name: str, example: str = "(2, 3)") -> tuple:
     """A predicted shape as a tuple of ints; hint when it is written otherwise."""
-    expect(isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value),
-           f"{name}: write a shape as a tuple of ints, e.g. {example}")
+    expect(
+        isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value),
+        f"{name}: write a shape as a tuple of ints, e.g. {example}",
+    )
     return tuple(value)
 
 
 def number_answer(value: Any, name: str) -> int | float:
     """A predicted number (int or float, not bool); hint when it is something else."""
-    expect(isinstance(value, (int, float)) and not isinstance(value, bool),
-           f"{name} should be a number, not {type(value).__name__} {value!r}")
+    expect(
+        isinstance(value, (int, float)) and not isinstance(value, bool),
+        f"{name} should be a number, not {type(value).__name__} {value!r}",
+    )
     return value
 
 
@@ -249,5 +279,16 @@ def returns(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return value
 
 
-__all__ = ["Checker", "Exercise", "Hint", "Registry", "attempted", "expect", "hint", "judge", "number_answer",
-           "returns", "shape_answer"]
+__all__ = [
+    "Checker",
+    "Exercise",
+    "Hint",
+    "Registry",
+    "attempted",
+    "expect",
+    "hint",
+    "judge",
+    "number_answer",
+    "returns",
+    "shape_answer",
+]

@@ -16,20 +16,31 @@ BROADCASTING = "7. Broadcasting (广播) and matrix products (矩阵乘法)"
 
 @EXERCISES.exercise(1, "Predict shapes and strides (predict)", f"{SHAPES}; {LAYOUT}")
 def shapes_and_strides(answer):
-    expect(isinstance(answer, (list, tuple)) and len(answer) == 3,
-           "give a list of three tuples: [shape of a, shape of b, strides of c]")
+    expect(
+        isinstance(answer, (list, tuple)) and len(answer) == 3,
+        "give a list of three tuples: [shape of a, shape of b, strides of c]",
+    )
     a, b, c = (tuple(v) if isinstance(v, (list, tuple)) else v for v in answer)
     expect(all(isinstance(v, tuple) for v in (a, b, c)), "write each answer as a tuple of ints, e.g. (2, 4)")
     if a == (2, 1, 4) and b == (2, 4):
-        hint("the shapes of a and b are swapped: `keepdim=True` keeps the reduced dimension with size 1, without it the "
-             "dimension is removed", SHAPES)
+        hint(
+            "the shapes of a and b are swapped: `keepdim=True` keeps the reduced dimension with size 1, without it the "
+            "dimension is removed",
+            SHAPES,
+        )
     expect(a == (2, 4), "shape of a: `sum(dim=1)` removes dimension 1 of (2, 3, 4)", SHAPES)
     expect(b == (2, 1, 4), "shape of b: `keepdim=True` keeps dimension 1, with size 1", SHAPES)
     if c == (4, 12, 1) or c == (3, 4, 12):
-        hint("strides of c: a transpose does not move data, it swaps two entries of the strides: start from (12, 4, 1) "
-             "and swap the entries of dimensions 0 and 2", LAYOUT)
-    expect(c == (1, 4, 12), "strides of c: the strides of the contiguous (2, 3, 4) tensor are (12, 4, 1); a transpose swaps "
-           "two of them", LAYOUT)
+        hint(
+            "strides of c: a transpose does not move data, it swaps two entries of the strides: start from (12, 4, 1) "
+            "and swap the entries of dimensions 0 and 2",
+            LAYOUT,
+        )
+    expect(
+        c == (1, 4, 12),
+        "strides of c: the strides of the contiguous (2, 3, 4) tensor are (12, 4, 1); a transpose swaps two of them",
+        LAYOUT,
+    )
 
 
 @EXERCISES.exercise(2, "Channels-last, flattened (write a function)", LAYOUT)
@@ -38,21 +49,32 @@ def channels_last_flat(fn):
     images = torch.randn(2, 3, 4, 5, generator=g)  # N, C, H, W with all sizes different
     out = returns(fn, images)
     expect(isinstance(out, torch.Tensor), f"return a tensor, not a {type(out).__name__}")
-    expect(tuple(out.shape) == (2, 20, 3), f"the result should have shape (N, H*W, C) = (2, 20, 3), not "
-           f"{tuple(out.shape)}", SHAPES)
+    expect(
+        tuple(out.shape) == (2, 20, 3),
+        f"the result should have shape (N, H*W, C) = (2, 20, 3), not {tuple(out.shape)}",
+        SHAPES,
+    )
     expected = images.permute(0, 2, 3, 1).reshape(2, 20, 3)
     if torch.equal(out, images.reshape(2, 20, 3)):
-        hint("the shape is right but the numbers are in the wrong places: `reshape` reads the tensor in its "
-             "current order (C, H, W) and never moves a dimension. Move C last with `permute` first")
+        hint(
+            "the shape is right but the numbers are in the wrong places: `reshape` reads the tensor in its "
+            "current order (C, H, W) and never moves a dimension. Move C last with `permute` first"
+        )
     if torch.equal(out, images.permute(0, 3, 2, 1).reshape(2, 20, 3)):
-        hint("H and W are swapped: your pixel (h, w) lands at out[n, w * H + h, c]. `transpose(1, 3)` (or "
-             "`permute(0, 3, 2, 1)`) gives (N, W, H, C); `permute(0, 2, 3, 1)` moves C last and keeps H before W")
+        hint(
+            "H and W are swapped: your pixel (h, w) lands at out[n, w * H + h, c]. `transpose(1, 3)` (or "
+            "`permute(0, 3, 2, 1)`) gives (N, W, H, C); `permute(0, 2, 3, 1)` moves C last and keeps H before W"
+        )
     expect(out.dtype == images.dtype, f"keep the dtype: got {out.dtype}, expected {images.dtype}", TYPES)
-    expect(torch.equal(out, expected), "some values are in the wrong places: pixel (h, w) of channel c should "
-           "land at out[n, h * W + w, c]")
+    expect(
+        torch.equal(out, expected),
+        "some values are in the wrong places: pixel (h, w) of channel c should land at out[n, h * W + w, c]",
+    )
     single = returns(fn, images[:1].contiguous())
-    expect(tuple(single.shape) == (1, 20, 3), "a batch of one image should give shape (1, 20, 3): do not hard-code "
-           "the sizes, read them from `images.shape`")
+    expect(
+        tuple(single.shape) == (1, 20, 3),
+        "a batch of one image should give shape (1, 20, 3): do not hard-code the sizes, read them from `images.shape`",
+    )
 
 
 @EXERCISES.exercise(3, "Nearest neighbours by broadcasting (stretch)", BROADCASTING)
@@ -63,28 +85,45 @@ def nearest(fn):
     expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (squared distances, indices)")
     d, idx = result
     if isinstance(idx, tuple) and hasattr(idx, "indices"):
-        hint("your idx is the pair (values, indices) that `min(dim=1)` returns: take its `.indices`, or use "
-             "`argmin(dim=1)`")
+        hint(
+            "your idx is the pair (values, indices) that `min(dim=1)` returns: take its `.indices`, or use "
+            "`argmin(dim=1)`"
+        )
     expect(isinstance(d, torch.Tensor) and isinstance(idx, torch.Tensor), "return two tensors")
     if tuple(d.shape) == (7, 5):
-        hint("your d has shape (7, 5): rows should be the points of `a`, so put the new axis of `a` at dim 1 and "
-             "that of `b` at dim 0")
+        hint(
+            "your d has shape (7, 5): rows should be the points of `a`, so put the new axis of `a` at dim 1 and "
+            "that of `b` at dim 0"
+        )
     if tuple(d.shape) == (5, 7, 3):
         hint("your d still has the coordinate dimension: sum the squared differences over the last dimension")
-    expect(tuple(d.shape) == (5, 7), f"the squared distances d should have shape (5, 7) (one row per point of a), not {tuple(d.shape)}")
+    expect(
+        tuple(d.shape) == (5, 7),
+        f"the squared distances d should have shape (5, 7) (one row per point of a), not {tuple(d.shape)}",
+    )
     expect(d.dtype == a.dtype, f"keep the dtype of a and b ({a.dtype}) for d, not {d.dtype}", TYPES)
     expected = torch.cdist(a, b) ** 2
     if torch.allclose(d, expected.sqrt(), atol=1e-4):
         hint("these are distances, not squared distances: do not take the square root")
-    expect(torch.allclose(d, expected, atol=1e-4), "the values of d are wrong: d[i, j] should be ((a[i] - b[j]) ** 2).sum()")
-    expect(idx.dtype == torch.int64, f"indices should be int64 (what argmin returns), not {idx.dtype}",
-           TYPES)
+    expect(
+        torch.allclose(d, expected, atol=1e-4),
+        "the values of d are wrong: d[i, j] should be ((a[i] - b[j]) ** 2).sum()",
+    )
+    expect(idx.dtype == torch.int64, f"indices should be int64 (what argmin returns), not {idx.dtype}", TYPES)
     if tuple(idx.shape) == (7,):
         hint("your idx has one entry per point of b: take the argmin along dim=1, over the points of b")
-    expect(tuple(idx.shape) == (5,), f"the indices idx should have shape (5,), one index per point of a, not {tuple(idx.shape)}",
-           SHAPES)
-    expect(torch.equal(idx, expected.argmin(dim=1)), "the indices are wrong: idx[i] should be the index of the point of b nearest to a[i]")
+    expect(
+        tuple(idx.shape) == (5,),
+        f"the indices idx should have shape (5,), one index per point of a, not {tuple(idx.shape)}",
+        SHAPES,
+    )
+    expect(
+        torch.equal(idx, expected.argmin(dim=1)),
+        "the indices are wrong: idx[i] should be the index of the point of b nearest to a[i]",
+    )
     big_a, big_b = torch.randn(300, 8, generator=g), torch.randn(400, 8, generator=g)
     d_big, _ = returns(fn, big_a, big_b)
-    expect(torch.allclose(d_big, torch.cdist(big_a, big_b) ** 2, atol=1e-3), "right on small inputs but not on "
-           "(300, 8) and (400, 8): do not hard-code sizes")
+    expect(
+        torch.allclose(d_big, torch.cdist(big_a, big_b) ** 2, atol=1e-3),
+        "right on small inputs but not on (300, 8) and (400, 8): do not hard-code sizes",
+    )

@@ -21,9 +21,10 @@ def _numbers(value, name):
     """A list of three floats from a list, tuple or tensor, or a hint."""
     if isinstance(value, torch.Tensor):
         value = value.tolist()
-    expect(isinstance(value, (list, tuple)) and len(value) == 3
-           and all(isinstance(v, (int, float)) for v in value),
-           f"{name}: write the three numbers of x.grad as a list, e.g. [1.0, 2.0, 3.0]")
+    expect(
+        isinstance(value, (list, tuple)) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value),
+        f"{name}: write the three numbers of x.grad as a list, e.g. [1.0, 2.0, 3.0]",
+    )
     return torch.tensor([float(v) for v in value], dtype=torch.float64)
 
 
@@ -31,8 +32,10 @@ def _numbers(value, name):
 def predict_vjp(answer):
     if isinstance(answer, torch.Tensor):  # a (2, 3) tensor is as good as two lists
         answer = answer.tolist()
-    expect(isinstance(answer, (list, tuple)) and len(answer) == 2,
-           "give a list of two lists: [x.grad after the first backward, x.grad after the second]")
+    expect(
+        isinstance(answer, (list, tuple)) and len(answer) == 2,
+        "give a list of two lists: [x.grad after the first backward, x.grad after the second]",
+    )
     first, second = _numbers(answer[0], "first"), _numbers(answer[1], "second")
     x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     g = torch.tensor([1.0, 0.0, -2.0], dtype=torch.float64)
@@ -43,71 +46,105 @@ def predict_vjp(answer):
         return torch.allclose(a, b, atol=1e-6)
 
     if same(first, g * s):
-        hint("first: you treated y = x * x.sum() as element-wise. x.sum() depends on every x_j too, so "
-             "dy_i/dx_j = delta_ij * x.sum() + x_i: the Jacobian is not diagonal")
+        hint(
+            "first: you treated y = x * x.sum() as element-wise. x.sum() depends on every x_j too, so "
+            "dy_i/dx_j = delta_ij * x.sum() + x_i: the Jacobian is not diagonal"
+        )
     if same(first, torch.full((3,), 2 * s.item(), dtype=torch.float64)):
-        hint("first: that is the gradient of y.sum() (gradient = ones); the vector is [1, 0, -2], and it "
-             "weights each y_i")
+        hint(
+            "first: that is the gradient of y.sum() (gradient = ones); the vector is [1, 0, -2], and it "
+            "weights each y_i"
+        )
     if same(first, g * s + x * g.sum()):
-        hint("first: you computed J g (a Jacobian-vector product). backward computes g^T J: "
-             "x.grad[j] = sum over i of g[i] * dy_i/dx_j")
-    expect(same(first, right), "first: x.grad[j] = sum over i of g[i] * dy_i/dx_j, with "
-           "dy_i/dx_j = delta_ij * x.sum() + x_i (two terms: x_i itself, and x_i inside the sum)")
+        hint(
+            "first: you computed J g (a Jacobian-vector product). backward computes g^T J: "
+            "x.grad[j] = sum over i of g[i] * dy_i/dx_j"
+        )
+    expect(
+        same(first, right),
+        "first: x.grad[j] = sum over i of g[i] * dy_i/dx_j, with "
+        "dy_i/dx_j = delta_ij * x.sum() + x_i (two terms: x_i itself, and x_i inside the sum)",
+    )
     if same(second, 2 * x):
-        hint("second: backward does not reset x.grad. The new gradient 2x is added to what was there",
-             ACCUMULATE)
-    expect(same(second, right + 2 * x), "second: x.grad keeps the first result and adds the gradient of "
-           "(x ** 2).sum(), which is 2x", ACCUMULATE)
+        hint("second: backward does not reset x.grad. The new gradient 2x is added to what was there", ACCUMULATE)
+    expect(
+        same(second, right + 2 * x),
+        "second: x.grad keeps the first result and adds the gradient of (x ** 2).sum(), which is 2x",
+        ACCUMULATE,
+    )
 
 
 @EXERCISES.exercise(2, "A numerically stable Softplus Function (write a Function)", FUNCTIONS)
 def softplus_function(cls):
-    expect(isinstance(cls, type) and issubclass(cls, torch.autograd.Function),
-           "pass the class itself (`Softplus`), a subclass of torch.autograd.Function")
+    expect(
+        isinstance(cls, type) and issubclass(cls, torch.autograd.Function),
+        "pass the class itself (`Softplus`), a subclass of torch.autograd.Function",
+    )
     x = torch.tensor([-100.0, -20.0, -3.0, -0.5, 0.0, 0.5, 3.0, 20.0, 100.0], requires_grad=True)
     try:
         y = cls.apply(x)
     except (RuntimeError, TypeError) as err:
         if any(m in str(err) for m in ("Boolean value of Tensor", "concatenate tuple", "maximum(): argument")):
-            hint("element by element, max(x, 0) is `x.clamp(min=0)` (or `torch.relu(x)`, or `torch.maximum(x, "
-                 "torch.zeros_like(x))`): Python's `max` compares whole tensors, `torch.max(x, 0)` is a reduction "
-                 "over dim 0 that returns (values, indices), and `torch.maximum` wants two tensors")
+            hint(
+                "element by element, max(x, 0) is `x.clamp(min=0)` (or `torch.relu(x)`, or `torch.maximum(x, "
+                "torch.zeros_like(x))`): Python's `max` compares whole tensors, `torch.max(x, 0)` is a reduction "
+                "over dim 0 that returns (values, indices), and `torch.maximum` wants two tensors"
+            )
         raise
     expect(isinstance(y, torch.Tensor), f"forward should return a tensor, not a {type(y).__name__}")
     expect(tuple(y.shape) == tuple(x.shape), f"forward should keep the shape {tuple(x.shape)}, not {tuple(y.shape)}")
     expect(y.dtype == x.dtype, f"forward should keep the dtype {x.dtype}, not {y.dtype}")
     reference = F.softplus(x.detach())
     if not torch.isfinite(y).all():
-        hint("forward gives inf or nan for large inputs: exp(100) overflows float32 (its largest value is about "
-             "3.4e38 = exp(88.7)). Use the identity max(x, 0) + log1p(exp(-|x|)), whose exp never overflows")
-    expect(torch.allclose(y.detach(), reference, rtol=1e-5, atol=1e-6),
-           "forward's values differ from F.softplus: softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))")
+        hint(
+            "forward gives inf or nan for large inputs: exp(100) overflows float32 (its largest value is about "
+            "3.4e38 = exp(88.7)). Use the identity max(x, 0) + log1p(exp(-|x|)), whose exp never overflows"
+        )
+    expect(
+        torch.allclose(y.detach(), reference, rtol=1e-5, atol=1e-6),
+        "forward's values differ from F.softplus: softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))",
+    )
     upstream = torch.linspace(-2.0, 2.0, x.numel())  # not all ones: the chain rule must use it
     (gx,) = torch.autograd.grad(y, x, upstream)
-    expect(gx is not None and tuple(gx.shape) == tuple(x.shape), "backward should return one gradient shaped "
-           "like the input")
+    expect(
+        gx is not None and tuple(gx.shape) == tuple(x.shape),
+        "backward should return one gradient shaped like the input",
+    )
     if not torch.isfinite(gx).all():
-        hint("backward gives inf or nan for large inputs: exp(100) overflows float32 to inf, so exp(x) / (1 + "
-             "exp(x)) is inf / inf = nan at x = 100. The derivative is sigmoid(x), at most 1: torch.sigmoid(x) "
-             "computes it as 1 / (1 + exp(-x)), where an overflow of exp only gives 1 / inf = 0")
+        hint(
+            "backward gives inf or nan for large inputs: exp(100) overflows float32 to inf, so exp(x) / (1 + "
+            "exp(x)) is inf / inf = nan at x = 100. The derivative is sigmoid(x), at most 1: torch.sigmoid(x) "
+            "computes it as 1 / (1 + exp(-x)), where an overflow of exp only gives 1 / inf = 0"
+        )
     sig = torch.sigmoid(x.detach())
     if torch.allclose(gx, sig, atol=1e-6):
-        hint("backward returns the derivative sigmoid(x) alone: multiply it by grad_output (the chain rule: "
-             "dL/dx = dL/dy * dy/dx)")
+        hint(
+            "backward returns the derivative sigmoid(x) alone: multiply it by grad_output (the chain rule: "
+            "dL/dx = dL/dy * dy/dx)"
+        )
     if torch.allclose(gx, upstream * torch.sigmoid(reference), atol=1e-6):
-        hint("backward evaluates sigmoid at the output: the derivative is sigmoid(x) of the *input*. If you saved "
-             "the output y, sigmoid(x) = 1 - exp(-y)")
-    expect(torch.allclose(gx, upstream * sig, rtol=1e-5, atol=1e-6),
-           "backward's gradient is wrong: it should be grad_output * sigmoid(x)")
+        hint(
+            "backward evaluates sigmoid at the output: the derivative is sigmoid(x) of the *input*. If you saved "
+            "the output y, sigmoid(x) = 1 - exp(-y)"
+        )
+    expect(
+        torch.allclose(gx, upstream * sig, rtol=1e-5, atol=1e-6),
+        "backward's gradient is wrong: it should be grad_output * sigmoid(x)",
+    )
     gen = torch.Generator().manual_seed(2)
     for n in (1, 7):
         x64 = (torch.rand(n, 3, generator=gen, dtype=torch.float64) * 12 - 6).requires_grad_()
-        expect(torch.autograd.gradcheck(cls.apply, (x64,), raise_exception=False),
-               "gradcheck fails in float64: backward does not match the numerical derivative", GRADCHECK)
+        expect(
+            torch.autograd.gradcheck(cls.apply, (x64,), raise_exception=False),
+            "gradcheck fails in float64: backward does not match the numerical derivative",
+            GRADCHECK,
+        )
         if not torch.autograd.gradgradcheck(cls.apply, (x64,), raise_exception=False):
-            hint("gradcheck passes but gradgradcheck fails: the backward is not differentiable. Write it with "
-                 "PyTorch operations on the saved tensors (no @once_differentiable, .detach(), .item() or NumPy)",
-                 GRADCHECK)
+            hint(
+                "gradcheck passes but gradgradcheck fails: the backward is not differentiable. Write it with "
+                "PyTorch operations on the saved tensors (no @once_differentiable, .detach(), .item() or NumPy)",
+                GRADCHECK,
+            )
 
 
 def _reference_linear_grads(x, weight, bias, grad_out):
@@ -128,41 +165,71 @@ def linear_backward(fn):
                 result = returns(fn, x, weight, bias, grad_out)
         except RuntimeError as err:
             if "does not require grad" in str(err) or "does not have a grad_fn" in str(err):
-                hint("autograd is off during this check: compute the three gradients with tensor operations "
-                     "(matrix products and sums), not with backward() or torch.autograd.grad")
+                hint(
+                    "autograd is off during this check: compute the three gradients with tensor operations "
+                    "(matrix products and sums), not with backward() or torch.autograd.grad"
+                )
             raise
-        expect(isinstance(result, (tuple, list)) and len(result) == 3,
-               "return a tuple of three tensors: (grad_x, grad_weight, grad_bias)")
+        expect(
+            isinstance(result, (tuple, list)) and len(result) == 3,
+            "return a tuple of three tensors: (grad_x, grad_weight, grad_bias)",
+        )
         gx, gw, gb = result
         expect(all(isinstance(t, torch.Tensor) for t in result), "return three tensors")
         want_x, want_w, want_b = _reference_linear_grads(x, weight, bias, grad_out)
         shape = f"for x of shape {tuple(x.shape)}"
-        expect(tuple(gx.shape) == tuple(x.shape), f"{shape}, grad_x should have x's shape {tuple(x.shape)}, not "
-               f"{tuple(gx.shape)}: grad_x = grad_out @ weight")
+        expect(
+            tuple(gx.shape) == tuple(x.shape),
+            f"{shape}, grad_x should have x's shape {tuple(x.shape)}, not "
+            f"{tuple(gx.shape)}: grad_x = grad_out @ weight",
+        )
         if tuple(gw.shape) == (n_in, n_out):
-            hint(f"{shape}, grad_weight has shape {tuple(gw.shape)}, the transpose of weight's (out, in) = "
-                 f"{(n_out, n_in)}: it is grad_out^T x, not x^T grad_out")
+            hint(
+                f"{shape}, grad_weight has shape {tuple(gw.shape)}, the transpose of weight's (out, in) = "
+                f"{(n_out, n_in)}: it is grad_out^T x, not x^T grad_out"
+            )
         if tuple(gw.shape) == (*lead[:-1], n_out, n_in) and len(lead) > 1:
-            hint(f"{shape}, grad_weight has shape {tuple(gw.shape)}: one weight is used at every position of the "
-                 f"leading dimensions {lead}, so its gradient is the sum over all of them, not over the last one "
-                 "only. Flatten the leading dimensions first, or sum over every one", BROADCASTING)
-        expect(tuple(gw.shape) == (n_out, n_in), f"{shape}, grad_weight should have weight's shape "
-               f"{(n_out, n_in)}, not {tuple(gw.shape)}")
+            hint(
+                f"{shape}, grad_weight has shape {tuple(gw.shape)}: one weight is used at every position of the "
+                f"leading dimensions {lead}, so its gradient is the sum over all of them, not over the last one "
+                "only. Flatten the leading dimensions first, or sum over every one",
+                BROADCASTING,
+            )
+        expect(
+            tuple(gw.shape) == (n_out, n_in),
+            f"{shape}, grad_weight should have weight's shape {(n_out, n_in)}, not {tuple(gw.shape)}",
+        )
         if tuple(gb.shape) == tuple(lead) and lead[-1] != n_out:
-            hint(f"{shape}, grad_bias has shape {tuple(gb.shape)}, the leading dimensions: you summed grad_out over "
-                 "its last dimension, the outputs. The bias has one entry per output: sum over every *other* "
-                 "dimension", BROADCASTING)
+            hint(
+                f"{shape}, grad_bias has shape {tuple(gb.shape)}, the leading dimensions: you summed grad_out over "
+                "its last dimension, the outputs. The bias has one entry per output: sum over every *other* "
+                "dimension",
+                BROADCASTING,
+            )
         if tuple(gb.shape) != (n_out,) and gb.numel() > n_out:
-            hint(f"{shape}, grad_bias has shape {tuple(gb.shape)}: the bias was broadcast over every leading "
-                 f"dimension {lead}, so its gradient sums grad_out over all of them, e.g. "
-                 "grad_out.sum(dim=tuple(range(grad_out.dim() - 1)))", BROADCASTING)
-        expect(tuple(gb.shape) == (n_out,), f"{shape}, grad_bias should have bias's shape ({n_out},), not "
-               f"{tuple(gb.shape)}")
+            hint(
+                f"{shape}, grad_bias has shape {tuple(gb.shape)}: the bias was broadcast over every leading "
+                f"dimension {lead}, so its gradient sums grad_out over all of them, e.g. "
+                "grad_out.sum(dim=tuple(range(grad_out.dim() - 1)))",
+                BROADCASTING,
+            )
+        expect(
+            tuple(gb.shape) == (n_out,),
+            f"{shape}, grad_bias should have bias's shape ({n_out},), not {tuple(gb.shape)}",
+        )
         for name, got, want in (("grad_x", gx, want_x), ("grad_weight", gw, want_w), ("grad_bias", gb, want_b)):
             expect(got.dtype == want.dtype, f"{name} should be {want.dtype}, like the inputs, not {got.dtype}")
-        expect(torch.allclose(gx, want_x, rtol=1e-4, atol=1e-5), f"{shape}, grad_x has the right shape but wrong "
-               "values: it is grad_out @ weight")
-        expect(torch.allclose(gw, want_w, rtol=1e-4, atol=1e-5), f"{shape}, grad_weight has the right shape but "
-               "wrong values: it is the sum over every leading position of outer(grad_out, x)")
-        expect(torch.allclose(gb, want_b, rtol=1e-4, atol=1e-5), f"{shape}, grad_bias has the right shape but "
-               "wrong values: it is grad_out summed over every leading dimension")
+        expect(
+            torch.allclose(gx, want_x, rtol=1e-4, atol=1e-5),
+            f"{shape}, grad_x has the right shape but wrong values: it is grad_out @ weight",
+        )
+        expect(
+            torch.allclose(gw, want_w, rtol=1e-4, atol=1e-5),
+            f"{shape}, grad_weight has the right shape but "
+            "wrong values: it is the sum over every leading position of outer(grad_out, x)",
+        )
+        expect(
+            torch.allclose(gb, want_b, rtol=1e-4, atol=1e-5),
+            f"{shape}, grad_bias has the right shape but "
+            "wrong values: it is grad_out summed over every leading dimension",
+        )

@@ -1,4 +1,5 @@
-"""Checks for the exercises of notebook 03 · dynamic graphs and hooks (``notebooks/src/03_dynamic_graphs_and_hooks.py``).
+"""Checks for the exercises of notebook 03 · dynamic graphs and hooks
+(``notebooks/src/03_dynamic_graphs_and_hooks.py``).
 Used by notebook 03, whose ``Checker("03")`` imports it by name. Lives in utils/ because
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
@@ -25,8 +26,10 @@ NAMES = ("w", "c", "d", "y", "z", "u", "n")
 def _names(value, what):
     if isinstance(value, dict) and not value:
         hint(f"{what}: `{{}}` is an empty dict; an empty set is written `set()`")
-    expect(isinstance(value, (set, frozenset, list, tuple)) and all(isinstance(v, str) for v in value),
-           f"{what}: write a set of names, e.g. {{'w', 'c'}}")
+    expect(
+        isinstance(value, (set, frozenset, list, tuple)) and all(isinstance(v, str) for v in value),
+        f"{what}: write a set of names, e.g. {{'w', 'c'}}",
+    )
     names = set(value)
     unknown = sorted(names - set(NAMES))
     expect(not unknown, f"{what}: {unknown} are not tensors of the exercise; the names are {', '.join(NAMES)}")
@@ -35,29 +38,45 @@ def _names(value, what):
 
 @EXERCISES.exercise(1, "Which tensors are leaves, which keep a .grad? (predict)", LEAVES)
 def leaves_and_grads(answer):
-    expect(isinstance(answer, (list, tuple)) and len(answer) == 2,
-           "give a pair of sets: (names of the leaves, names of the tensors whose .grad is not None)")
+    expect(
+        isinstance(answer, (list, tuple)) and len(answer) == 2,
+        "give a pair of sets: (names of the leaves, names of the tensors whose .grad is not None)",
+    )
     leaves, with_grad = _names(answer[0], "leaves"), _names(answer[1], "with .grad")
     if "d" in leaves:
-        hint("leaves: d is the result of `.double()`, an operation recorded on a tensor that requires grad, so d "
-             "has a grad_fn and is not a leaf. The leaf is the float32 tensor that `torch.ones(...)` made and "
-             "nobody kept")
+        hint(
+            "leaves: d is the result of `.double()`, an operation recorded on a tensor that requires grad, so d "
+            "has a grad_fn and is not a leaf. The leaf is the float32 tensor that `torch.ones(...)` made and "
+            "nobody kept"
+        )
     if {"y", "z"} & leaves:
         hint("leaves: y and z were computed from w, which requires grad, so each has a grad_fn: not leaves")
     if "c" not in leaves:
-        hint("leaves: c was created by you and requires no grad: every tensor with requires_grad=False is a "
-             "leaf, by convention")
+        hint(
+            "leaves: c was created by you and requires no grad: every tensor with requires_grad=False is a "
+            "leaf, by convention"
+        )
     if not {"u", "n"} <= leaves:
-        hint("leaves: u (from `detach()`) and n (computed under `no_grad`) have no grad_fn and do not require "
-             "grad: both are leaves, like c", DETACH)
-    expect(leaves == {"w", "c", "u", "n"}, "leaves: w, which you created with requires_grad=True, is the leaf "
-           "autograd is made for")
+        hint(
+            "leaves: u (from `detach()`) and n (computed under `no_grad`) have no grad_fn and do not require "
+            "grad: both are leaves, like c",
+            DETACH,
+        )
+    expect(
+        leaves == {"w", "c", "u", "n"},
+        "leaves: w, which you created with requires_grad=True, is the leaf autograd is made for",
+    )
     if "z" in with_grad:
-        hint("with .grad: z is not a leaf and nobody called z.retain_grad(), so z.grad stays None (reading it "
-             "warns). This is the notes' question: why is loss.grad None?")
+        hint(
+            "with .grad: z is not a leaf and nobody called z.retain_grad(), so z.grad stays None (reading it "
+            "warns). This is the notes' question: why is loss.grad None?"
+        )
     if "d" in with_grad:
-        hint("with .grad: d came out of `.double()`, so it is not a leaf and d.grad stays None. The gradient went to the hidden "
-             "float32 leaf behind `.double()`")
+        hint(
+            "with .grad: d came out of `.double()`, so it is not a leaf and d.grad stays None. "
+            "The gradient went to the hidden "
+            "float32 leaf behind `.double()`"
+        )
     if {"c", "u", "n"} & with_grad:
         hint("with .grad: c, u and n do not require grad: backward never computes their gradients", DETACH)
     if "y" not in with_grad:
@@ -71,54 +90,84 @@ def scale_grad(fn):
     y = returns(fn, x, -0.5)
     expect(isinstance(y, torch.Tensor), f"return a tensor, not a {type(y).__name__}")
     expect(tuple(y.shape) == (3,), f"the result should have t's shape (3,), not {tuple(y.shape)}")
-    expect(torch.equal(y.detach(), x.detach()), "the forward value changed: the result must equal t; only the "
-           "gradient flowing back through it is scaled, in the backward pass")
-    expect(y.requires_grad, "the result does not require grad: it was cut from the graph (detach, no_grad?), so "
-           "no gradient can flow back to t", DETACH)
+    expect(
+        torch.equal(y.detach(), x.detach()),
+        "the forward value changed: the result must equal t; only the "
+        "gradient flowing back through it is scaled, in the backward pass",
+    )
+    expect(
+        y.requires_grad,
+        "the result does not require grad: it was cut from the graph (detach, no_grad?), so "
+        "no gradient can flow back to t",
+        DETACH,
+    )
     loss = (y**2).sum() + (3 * x).sum()  # x is used twice: through the scaled tensor, and directly
     try:
         (gx,) = torch.autograd.grad(loss, x)
     except TypeError as err:
         if "hook returned" in str(err):
-            hint("your hook returned something that is not a tensor: a hook returns the new gradient, a tensor "
-                 "shaped like its argument (`grad * alpha`), or None to keep the gradient as it was")
+            hint(
+                "your hook returned something that is not a tensor: a hook returns the new gradient, a tensor "
+                "shaped like its argument (`grad * alpha`), or None to keep the gradient as it was"
+            )
         raise
     through_y, direct = 2 * x.detach(), torch.full((3,), 3.0)
     if torch.allclose(gx, direct):
-        hint("no gradient reached t through your result: the graph was cut (a new leaf made with "
-             "`detach().requires_grad_()`?). Return a tensor computed from t, e.g. `t.clone()`", DETACH)
+        hint(
+            "no gradient reached t through your result: the graph was cut (a new leaf made with "
+            "`detach().requires_grad_()`?). Return a tensor computed from t, e.g. `t.clone()`",
+            DETACH,
+        )
     if torch.allclose(gx, -0.5 * (through_y + direct)):
-        hint("the hook is on t itself, so it scales the gradient of *every* use of t, also the ones that do not "
-             "go through your result. Hang it on a new tensor made from t (`t.clone()` or `t.view_as(t)`)")
+        hint(
+            "the hook is on t itself, so it scales the gradient of *every* use of t, also the ones that do not "
+            "go through your result. Hang it on a new tensor made from t (`t.clone()` or `t.view_as(t)`)"
+        )
     if torch.allclose(gx, through_y + direct) and y is x:
-        hint("the gradient was not scaled: you returned t itself, so the caller's gradient never passes through the "
-             "tensor that carries your hook. Return the new tensor you hung the hook on")
+        hint(
+            "the gradient was not scaled: you returned t itself, so the caller's gradient never passes through the "
+            "tensor that carries your hook. Return the new tensor you hung the hook on"
+        )
     if torch.allclose(gx, through_y + direct):
-        hint("the gradient was not scaled: a hook changes the gradient only through its return value (returning "
-             "None keeps it as it was). Return `grad * alpha`")
-    expect(torch.allclose(gx, -0.5 * through_y + direct), "the gradient through your result should be "
-           "alpha times the incoming gradient, and the direct use of t should not be scaled")
+        hint(
+            "the gradient was not scaled: a hook changes the gradient only through its return value (returning "
+            "None keeps it as it was). Return `grad * alpha`"
+        )
+    expect(
+        torch.allclose(gx, -0.5 * through_y + direct),
+        "the gradient through your result should be "
+        "alpha times the incoming gradient, and the direct use of t should not be scaled",
+    )
     leaf = torch.tensor([0.5, 1.5], requires_grad=True)  # a non-leaf input and another alpha
     try:  # sum's backward hands on an expanded gradient: one memory location for every element
         (g_leaf,) = torch.autograd.grad(returns(fn, leaf * 2, 3.0).sum(), leaf)
     except RuntimeError as err:
         if "refers to a single memory location" in str(err):
-            hint("your hook changes the gradient in place (`grad.mul_(...)`): a hook must not modify its argument. "
-                 "Here the gradient coming from `.sum()` is one number expanded with stride 0 (notebook 01), so "
-                 "an in-place write is refused. Return a new tensor, `grad * alpha`")
+            hint(
+                "your hook changes the gradient in place (`grad.mul_(...)`): a hook must not modify its argument. "
+                "Here the gradient coming from `.sum()` is one number expanded with stride 0 (notebook 01), so "
+                "an in-place write is refused. Return a new tensor, `grad * alpha`"
+            )
         raise
-    expect(torch.allclose(g_leaf, torch.full((2,), 6.0)), "with t = leaf * 2 (a non-leaf) and alpha = 3, "
-           "d sum(result) / d leaf should be 3 * 2 = 6: use the alpha you are given, for any tensor t")
+    expect(
+        torch.allclose(g_leaf, torch.full((2,), 6.0)),
+        "with t = leaf * 2 (a non-leaf) and alpha = 3, "
+        "d sum(result) / d leaf should be 3 * 2 = 6: use the alpha you are given, for any tensor t",
+    )
     data = torch.tensor([1.0, 2.0])
     try:
         out = returns(fn, data, 2.0)
     except RuntimeError as err:
         if "doesn't require gradient" in str(err):
-            hint("for a tensor that does not require grad there is no gradient to scale and no hook can be "
-                 "registered on it: return the tensor unchanged in that case (test `t.requires_grad`)")
+            hint(
+                "for a tensor that does not require grad there is no gradient to scale and no hook can be "
+                "registered on it: return the tensor unchanged in that case (test `t.requires_grad`)"
+            )
         raise
-    expect(isinstance(out, torch.Tensor) and torch.equal(out, data) and not out.requires_grad,
-           "for a tensor that does not require grad, return a tensor equal to it that does not require grad")
+    expect(
+        isinstance(out, torch.Tensor) and torch.equal(out, data) and not out.requires_grad,
+        "for a tensor that does not require grad, return a tensor equal to it that does not require grad",
+    )
 
 
 def _model(seed):
@@ -132,8 +181,9 @@ def _model(seed):
 
 def _reference(model, layer, x, per_sample_loss):
     """Each sample's contribution to layer.weight.grad, one sample at a time (loss_fn sums per-sample losses)."""
-    return torch.stack([torch.autograd.grad(per_sample_loss(model(x[i:i + 1]), i), layer.weight)[0]
-                        for i in range(len(x))])
+    return torch.stack(
+        [torch.autograd.grad(per_sample_loss(model(x[i : i + 1]), i), layer.weight)[0] for i in range(len(x))]
+    )
 
 
 @EXERCISES.exercise(3, "Per-sample gradients with module hooks (stretch)", MODULE_HOOKS)
@@ -141,43 +191,81 @@ def per_sample_grads(fn):
     cases = []
     model, gen = _model(7)
     x, targets = torch.randn(6, 4, generator=gen), torch.randint(0, 3, (6,), generator=gen)
-    cases.append((model, model[4], x, lambda out: F.cross_entropy(out, targets),
-                  lambda out_i, i: F.cross_entropy(out_i, targets[i:i + 1]) / len(x)))
+    cases.append(
+        (
+            model,
+            model[4],
+            x,
+            lambda out: F.cross_entropy(out, targets),
+            lambda out_i, i: F.cross_entropy(out_i, targets[i : i + 1]) / len(x),
+        )
+    )
     model, gen = _model(8)
     x = torch.randn(7, 4, generator=gen)
     cases.append((model, model[2], x, lambda out: out.pow(2).sum(), lambda out_i, i: out_i.pow(2).sum()))
     for model, layer, x, loss_fn, per_sample_loss in cases:
         n, n_out, n_in = len(x), layer.out_features, layer.in_features
         g = returns(fn, model, layer, x, loss_fn)
-        leftover = sum(len(hooks) for hooks in (layer._forward_hooks, layer._forward_pre_hooks,
-                                                 layer._backward_hooks, layer._backward_pre_hooks))
-        expect(leftover == 0, "your hooks are still registered on the layer after the function returned: keep "
-               "each handle and call `handle.remove()` (a forgotten hook fires on every later pass)", TENSOR_HOOKS)
+        leftover = sum(
+            len(hooks)
+            for hooks in (
+                layer._forward_hooks,
+                layer._forward_pre_hooks,
+                layer._backward_hooks,
+                layer._backward_pre_hooks,
+            )
+        )
+        expect(
+            leftover == 0,
+            "your hooks are still registered on the layer after the function returned: keep "
+            "each handle and call `handle.remove()` (a forgotten hook fires on every later pass)",
+            TENSOR_HOOKS,
+        )
         expect(isinstance(g, torch.Tensor), f"return a tensor, not a {type(g).__name__}")
         g = g.detach()
         shape = tuple(g.shape)
         if shape == (n_out, n_in):
-            hint(f"shape {shape} is the gradient of the whole batch, weight.grad, the sum of the per-sample "
-                 f"gradients: keep one ({n_out}, {n_in}) matrix per sample, shape ({n}, {n_out}, {n_in})")
+            hint(
+                f"shape {shape} is the gradient of the whole batch, weight.grad, the sum of the per-sample "
+                f"gradients: keep one ({n_out}, {n_in}) matrix per sample, shape ({n}, {n_out}, {n_in})"
+            )
         if shape == (n, n_in, n_out):
-            hint(f"shape {shape} is transposed: nn.Linear's weight has shape (out, in), so sample i's gradient is "
-                 "outer(grad_output[i], input[i]), grad_output first", LINEAR_FUNCTION)
+            hint(
+                f"shape {shape} is transposed: nn.Linear's weight has shape (out, in), so sample i's gradient is "
+                "outer(grad_output[i], input[i]), grad_output first",
+                LINEAR_FUNCTION,
+            )
         if shape == (n, n_in, n_in):
-            hint(f"shape {shape}: you paired the input with a gradient of the input's size. grad_input (the "
-                 "backward hook's 2nd argument) is the gradient of the layer's input; the weight gradient needs "
-                 "grad_output (its 3rd)")
+            hint(
+                f"shape {shape}: you paired the input with a gradient of the input's size. grad_input (the "
+                "backward hook's 2nd argument) is the gradient of the layer's input; the weight gradient needs "
+                "grad_output (its 3rd)"
+            )
         if shape == (n, n_out, x.shape[1]) and x.shape[1] != n_in:
-            hint(f"shape {shape}: you paired grad_output with the model's input x ({x.shape[1]} features), but this "
-                 f"layer's input has {n_in}: keep `args[0]` in a forward hook on the layer itself")
+            hint(
+                f"shape {shape}: you paired grad_output with the model's input x ({x.shape[1]} features), but this "
+                f"layer's input has {n_in}: keep `args[0]` in a forward hook on the layer itself"
+            )
         if shape == (n, n_out, n_out):
-            hint(f"shape {shape}: you paired grad_output with the layer's output. A forward hook gets "
-                 "(module, args, output): the input is args[0]")
-        expect(shape == (n, n_out, n_in), f"for a Linear({n_in}, {n_out}) and {n} samples the result should have "
-               f"shape ({n}, {n_out}, {n_in}), not {shape}", BROADCASTING)
+            hint(
+                f"shape {shape}: you paired grad_output with the layer's output. A forward hook gets "
+                "(module, args, output): the input is args[0]"
+            )
+        expect(
+            shape == (n, n_out, n_in),
+            f"for a Linear({n_in}, {n_out}) and {n} samples the result should have "
+            f"shape ({n}, {n_out}, {n_in}), not {shape}",
+            BROADCASTING,
+        )
         want = _reference(model, layer, x, per_sample_loss)
         if torch.allclose(g * n, want, rtol=1e-4, atol=1e-6) or torch.allclose(g, want * n, rtol=1e-4, atol=1e-6):
-            hint("off by a factor of the batch size: grad_output already holds the loss's 1/N (cross_entropy "
-                 "averages over the batch); use it as it is")
-        expect(torch.allclose(g, want, rtol=1e-4, atol=1e-6), "the shape is right but the values are not: sample "
-               "i's gradient is grad_output[i][:, None] * input[i][None, :], with the input of *this* layer "
-               "(forward hook) and the gradient of its output (backward hook)")
+            hint(
+                "off by a factor of the batch size: grad_output already holds the loss's 1/N (cross_entropy "
+                "averages over the batch); use it as it is"
+            )
+        expect(
+            torch.allclose(g, want, rtol=1e-4, atol=1e-6),
+            "the shape is right but the values are not: sample "
+            "i's gradient is grad_output[i][:, None] * input[i][None, :], with the input of *this* layer "
+            "(forward hook) and the gradient of its output (backward hook)",
+        )

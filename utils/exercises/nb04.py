@@ -21,11 +21,12 @@ LOOP = "13. The training loop, written out"
 ACCUMULATE = "02 · 4. The graph is freed; gradients accumulate"
 
 
-
 @EXERCISES.exercise(1, "Predict shapes and the parameter count (predict)", CONV)
 def shapes_and_parameters(answer):
-    expect(isinstance(answer, (list, tuple)) and len(answer) == 3,
-           "give a list of three values: [shape after net[0], shape after Flatten, number of parameters]")
+    expect(
+        isinstance(answer, (list, tuple)) and len(answer) == 3,
+        "give a list of three values: [shape after net[0], shape after Flatten, number of parameters]",
+    )
     a, b, n = answer
     a, b = shape_answer(a, "the first value", "(32, 8, 5, 5)"), shape_answer(b, "the second value", "(32, 8, 5, 5)")
     expect(isinstance(n, int) and not isinstance(n, bool), "the number of parameters is an int")
@@ -33,13 +34,17 @@ def shapes_and_parameters(answer):
     if len(a) == 3:
         hint("the first shape has lost the batch dimension: a convolution keeps it, (N, C, H, W)")
     expect(len(a) == 4, f"a convolution returns (N, C, H, W), four numbers, not {len(a)}")
-    expect(a[:2] == (32, 8), "the first shape starts with the batch size 32 and the 8 output channels of Conv2d(1, 8, ...)")
+    expect(
+        a[:2] == (32, 8), "the first shape starts with the batch size 32 and the 8 output channels of Conv2d(1, 8, ...)"
+    )
     side = a[2:]
     if side == (12, 12):
         hint("after net[0]: padding=1 adds one zero on each side, so the formula reads n + 2p - k with p = 1")
     if side == (14, 14):
-        hint("after net[0]: (28 + 2 - 5) / 2 = 12.5 is rounded *down* (a kernel position must fit in the image), "
-             "then 1 is added")
+        hint(
+            "after net[0]: (28 + 2 - 5) / 2 = 12.5 is rounded *down* (a kernel position must fit in the image), "
+            "then 1 is added"
+        )
     if side in ((26, 26), (24, 24)):
         hint("after net[0]: stride=2 moves the kernel two pixels per step: divide by s before adding 1")
     expect(side == (13, 13), f"after net[0]: use floor((n + 2p - k) / s) + 1 with n=28, k=5, s=2, p=1, not {side}")
@@ -50,22 +55,31 @@ def shapes_and_parameters(answer):
         hint("nn.Flatten merges every dimension after the batch: channels × height × width")
     if b in ((8192,), (256,), (1, 8192)):
         hint("nn.Flatten keeps the batch dimension (start_dim=1): one row of features per image")
-    expect(b == (32, 256), f"the shape after Flatten should be (batch, channels × height × width), not {b}: follow "
-           "13 through the pooling and the second convolution")
+    expect(
+        b == (32, 256),
+        f"the shape after Flatten should be (batch, channels × height × width), not {b}: follow "
+        "13 through the pooling and the second convolution",
+    )
     # Parameters: 8·1·5·5 + 8, then 16·8·3·3 (no bias), 2·16 for BatchNorm, 256·10 + 10.
     if n == 3962 + 16:
         hint("the second convolution has bias=False: no 16 biases", STEP)
     if n == 3962 - 32:
         hint("BatchNorm2d(16) has parameters too: a scale γ and a shift β per channel, 2 × 16", STEP)
     if n in (3962 + 32, 3962 + 33):
-        hint("BatchNorm's running mean and variance (and its step counter) are buffers, not parameters: they are in "
-             "state_dict() but not in parameters(), and the optimizer never changes them", LOOP)
+        hint(
+            "BatchNorm's running mean and variance (and its step counter) are buffers, not parameters: they are in "
+            "state_dict() but not in parameters(), and the optimizer never changes them",
+            LOOP,
+        )
     if n == 3962 - 8 or n == 3962 - 10:
         hint("a layer has a bias unless bias=False: the first convolution's 8 and the Linear layer's 10 count")
     if n == 3962 - 16 * 8 * 9 + 16 * 9:
         hint("a Conv2d(c_in, c_out, k) kernel spans all input channels: c_out × c_in × k × k weights")
-    expect(n == 3962, f"{n} parameters is not right: add c_out·c_in·k² (+ c_out biases) per convolution, 2·C for "
-           "BatchNorm and in·out + out for the Linear layer, with in = the features per image after Flatten")
+    expect(
+        n == 3962,
+        f"{n} parameters is not right: add c_out·c_in·k² (+ c_out biases) per convolution, 2·C for "
+        "BatchNorm and in·out + out for the Linear layer, with in = the features per image after Flatten",
+    )
 
 
 def _classifier(seed: int, n_in: int, n_classes: int) -> nn.Module:
@@ -106,21 +120,27 @@ def evaluate_classifier(fn):
         loader = DataLoader(TensorDataset(x, y), batch_size=batch_size)
         expected_loss = F.cross_entropy(logits, y).item()
         expected_acc = sum(right) / n
-        batches = [(logits[i:i + batch_size], y[i:i + batch_size]) for i in range(0, n, batch_size)]
+        batches = [(logits[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]
 
         calls = []  # (training mode, grad mode) of every forward pass of the model
-        handle = model.register_forward_hook(lambda m, i, o: calls.append((m.training, torch.is_grad_enabled())))
+        handle = model.register_forward_hook(
+            lambda m, i, o, calls=calls: calls.append((m.training, torch.is_grad_enabled()))
+        )
         try:
             result = returns(fn, model, loader)
         finally:
             handle.remove()
         expect(isinstance(result, (tuple, list)) and len(result) == 2, "return a pair: (mean loss, accuracy)")
         if any(training for training, _ in calls):
-            hint("the model ran in training mode: BatchNorm normalised with each batch's statistics and Dropout "
-                 "dropped values. Call `model.eval()` before evaluating")
+            hint(
+                "the model ran in training mode: BatchNorm normalised with each batch's statistics and Dropout "
+                "dropped values. Call `model.eval()` before evaluating"
+            )
         if any(grad for _, grad in calls):
-            hint("the forward passes recorded a graph: evaluate inside `with torch.no_grad():` (or decorate the "
-                 "function with `@torch.no_grad()`). `model.eval()` alone does not stop recording")
+            hint(
+                "the forward passes recorded a graph: evaluate inside `with torch.no_grad():` (or decorate the "
+                "function with `@torch.no_grad()`). `model.eval()` alone does not stop recording"
+            )
         loss, acc = _number(result[0], "the loss"), _number(result[1], "the accuracy")
         # Accuracy to 1e-6: `(pred == yb).float().mean().item()` is a float32 fraction (0.6000000238 for 6 of 10).
         if abs(loss - expected_loss) < 1e-5 and abs(acc - expected_acc) < 1e-6:
@@ -129,34 +149,54 @@ def evaluate_classifier(fn):
             hint("the accuracy is a percentage: return the fraction of right predictions, between 0 and 1")
         mean_of_means = sum(F.cross_entropy(lg, yb).item() for lg, yb in batches) / len(batches)
         if abs(loss - mean_of_means) < 1e-5 and abs(loss - expected_loss) >= 1e-5:
-            hint("the loss is the mean of the batches' mean losses, but the last batch is smaller: weight each "
-                 "batch's loss by its size (`loss.item() * len(yb)`) and divide by the number of samples")
+            hint(
+                "the loss is the mean of the batches' mean losses, but the last batch is smaller: weight each "
+                "batch's loss by its size (`loss.item() * len(yb)`) and divide by the number of samples"
+            )
         padded = len(batches) * batch_size  # len(loader) * loader.batch_size counts the last batch as full
-        if abs(loss - expected_loss * n / padded) < 1e-5 or (abs(loss - expected_loss) < 1e-5
-                                                            and abs(acc - expected_acc * n / padded) < 1e-6):
-            hint(f"you divided by len(loader) × batch_size = {padded}, but the last batch is smaller: there are {n} "
-                 "samples. Count them as you go (`len(yb)`), or use `len(loader.dataset)`")
+        if abs(loss - expected_loss * n / padded) < 1e-5 or (
+            abs(loss - expected_loss) < 1e-5 and abs(acc - expected_acc * n / padded) < 1e-6
+        ):
+            hint(
+                f"you divided by len(loader) × batch_size = {padded}, but the last batch is smaller: there are {n} "
+                "samples. Count them as you go (`len(yb)`), or use `len(loader.dataset)`"
+            )
         if abs(loss - sum(F.cross_entropy(lg, yb).item() for lg, yb in batches) / n) < 1e-5:
-            hint("you added the batches' *mean* losses and divided by the number of samples: multiply each batch's "
-                 "mean by its size first (`loss.item() * len(yb)`), or sum with `reduction=\"sum\"`")
+            hint(
+                "you added the batches' *mean* losses and divided by the number of samples: multiply each batch's "
+                'mean by its size first (`loss.item() * len(yb)`), or sum with `reduction="sum"`'
+            )
         smoothed = F.cross_entropy(logits, y, label_smoothing=0.1).item()
         if abs(loss - smoothed) < 1e-5:
-            hint("that is the loss with label smoothing 0.1, section 13's `loss_fn`: the exercise asks for plain "
-                 "`F.cross_entropy(logits, yb)`")
+            hint(
+                "that is the loss with label smoothing 0.1, section 13's `loss_fn`: the exercise asks for plain "
+                "`F.cross_entropy(logits, yb)`"
+            )
         softmaxed = F.cross_entropy(logits.softmax(1), y).item()
         if abs(loss - softmaxed) < 1e-5 and abs(loss - expected_loss) >= 1e-5:
-            hint("the loss was computed on softmax outputs: `F.cross_entropy` takes the logits and applies "
-                 "log_softmax itself", SOFTMAX)
+            hint(
+                "the loss was computed on softmax outputs: `F.cross_entropy` takes the logits and applies "
+                "log_softmax itself",
+                SOFTMAX,
+            )
         if abs(loss - expected_loss * n) < 1e-4:
             hint("the loss is the sum over all samples: divide by the number of samples")
-        expect(abs(loss - expected_loss) < 1e-5, f"the mean loss per sample should be {expected_loss:.4f}, not "
-               f"{loss:.4f}: `F.cross_entropy(logits, yb)` is the batch's mean")
+        expect(
+            abs(loss - expected_loss) < 1e-5,
+            f"the mean loss per sample should be {expected_loss:.4f}, not "
+            f"{loss:.4f}: `F.cross_entropy(logits, yb)` is the batch's mean",
+        )
         batch_acc = sum((lg.argmax(1) == yb).float().mean().item() for lg, yb in batches) / len(batches)
         if abs(acc - batch_acc) < 1e-6 and abs(batch_acc - expected_acc) > 1e-6:
-            hint("the accuracy is the mean of the batches' accuracies, but the last batch is smaller: count the "
-                 "right predictions over all batches, then divide by the number of samples")
-        expect(abs(acc - expected_acc) < 1e-6, f"the accuracy should be {expected_acc:.4f}, not {acc:.4f}: "
-               "count `(logits.argmax(dim=1) == yb).sum()` over all batches and divide by the number of samples")
+            hint(
+                "the accuracy is the mean of the batches' accuracies, but the last batch is smaller: count the "
+                "right predictions over all batches, then divide by the number of samples"
+            )
+        expect(
+            abs(acc - expected_acc) < 1e-6,
+            f"the accuracy should be {expected_acc:.4f}, not {acc:.4f}: "
+            "count `(logits.argmax(dim=1) == yb).sum()` over all batches and divide by the number of samples",
+        )
 
 
 def _tiny_cnn(seed: int) -> nn.Module:
@@ -200,38 +240,64 @@ def accumulation_step(fn):
         loss = returns(fn, model, micro, optimizer)
         after = [p.detach() for p in model.parameters()]
 
-        def moved_by(grads):  # did plain SGD move the parameters by -lr * grads?
+        def moved_by(grads, after=after, before=before):  # did plain SGD move the parameters by -lr * grads?
             return all(torch.allclose(a, b - lr * d, rtol=1e-4, atol=1e-5) for a, b, d in zip(after, before, grads))
 
         if not moved_by(full):
             if moved_by([torch.zeros_like(p) for p in before]):
-                hint("the parameters did not change: no gradient reached the update. Call `optimizer.step()` once, "
-                     "after the backward passes, and call `backward()` on a loss still attached to the model's graph "
-                     "(not on a number made with `.item()` or `.detach()`)", ACCUMULATE)
+                hint(
+                    "the parameters did not change: no gradient reached the update. Call `optimizer.step()` once, "
+                    "after the backward passes, and call `backward()` on a loss still attached to the model's graph "
+                    "(not on a number made with `.item()` or `.detach()`)",
+                    ACCUMULATE,
+                )
             if moved_by(full_softmax):
-                hint("the loss was computed on softmax outputs: `F.cross_entropy` takes the logits and applies "
-                     "log_softmax itself", SOFTMAX)
+                hint(
+                    "the loss was computed on softmax outputs: `F.cross_entropy` takes the logits and applies "
+                    "log_softmax itself",
+                    SOFTMAX,
+                )
             if moved_by(_combine((n, full))):
-                hint(f"the update is {n} times too large, the number of samples: a loss summed over the samples "
-                     "(`reduction=\"sum\"`) must be divided by their total to give the mean", ACCUMULATE)
+                hint(
+                    f"the update is {n} times too large, the number of samples: a loss summed over the samples "
+                    '(`reduction="sum"`) must be divided by their total to give the mean',
+                    ACCUMULATE,
+                )
             if moved_by(_combine((1, full), (1, stale))):
-                hint("the step used the previous step's gradients too: `.grad` accumulates until you clear it, so "
-                     "call `optimizer.zero_grad()` once, before the first micro-batch", ACCUMULATE)
+                hint(
+                    "the step used the previous step's gradients too: `.grad` accumulates until you clear it, so "
+                    "call `optimizer.zero_grad()` once, before the first micro-batch",
+                    ACCUMULATE,
+                )
             if moved_by(_combine(*[(1, p) for p in parts])):
-                hint("the step used the sum of the micro-batches' mean gradients, too large: the loss is a mean, so "
-                     "scale each micro-batch's loss by its share of the samples, len(x) / total", ACCUMULATE)
+                hint(
+                    "the step used the sum of the micro-batches' mean gradients, too large: the loss is a mean, so "
+                    "scale each micro-batch's loss by its share of the samples, len(x) / total",
+                    ACCUMULATE,
+                )
             if moved_by(_combine(*[(1 / k, p) for p in parts])):
-                hint("dividing each loss by the number of micro-batches is right only when they have the same size: "
-                     "these do not, so weight each one by len(x) / total", ACCUMULATE)
+                hint(
+                    "dividing each loss by the number of micro-batches is right only when they have the same size: "
+                    "these do not, so weight each one by len(x) / total",
+                    ACCUMULATE,
+                )
             for w in (sizes[-1] / n, 1 / k, 1):
                 if moved_by(_combine((w, parts[-1]))):
-                    hint("only the last micro-batch's gradient reached the step: `zero_grad()` inside the loop "
-                         "throws away the gradients accumulated so far. Clear once, before the loop", ACCUMULATE)
+                    hint(
+                        "only the last micro-batch's gradient reached the step: `zero_grad()` inside the loop "
+                        "throws away the gradients accumulated so far. Clear once, before the loop",
+                        ACCUMULATE,
+                    )
             if moved_by(_one_step_per_micro_batch(initial, micro, lr)):
-                hint("that is one step per micro-batch (ordinary small-batch training), not one step for all of "
-                     "them: call `optimizer.step()` once, after the loop")
-            hint("the update differs from one SGD step on all the micro-batches together: the accumulated gradient "
-                 "should be the gradient of the mean loss over all the samples", ACCUMULATE)
+                hint(
+                    "that is one step per micro-batch (ordinary small-batch training), not one step for all of "
+                    "them: call `optimizer.step()` once, after the loop"
+                )
+            hint(
+                "the update differs from one SGD step on all the micro-batches together: the accumulated gradient "
+                "should be the gradient of the mean loss over all the samples",
+                ACCUMULATE,
+            )
         loss = _number(loss, "the returned loss")
         if abs(loss - expected_loss) < 1e-5:
             continue
@@ -243,8 +309,10 @@ def accumulation_step(fn):
             hint("the returned loss is the sum of the micro-batches' means: weight each by len(x) / total")
         if abs(loss - means[-1]) < 1e-5:
             hint("the returned loss is the last micro-batch's: return the mean loss over all the samples")
-        hint(f"the returned loss should be the mean loss per sample over all micro-batches, before the step "
-             f"({expected_loss:.4f}), not {loss:.4f}")
+        hint(
+            f"the returned loss should be the mean loss per sample over all micro-batches, before the step "
+            f"({expected_loss:.4f}), not {loss:.4f}"
+        )
 
 
 def _one_step_per_micro_batch(initial: nn.Module, micro, lr: float) -> list[torch.Tensor]:

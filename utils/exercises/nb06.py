@@ -39,8 +39,10 @@ class Tagger(nn.Module):
 
 @EXERCISES.exercise(1, "Predict what a state_dict holds (predict)", STATE_DICT)
 def predict_state_dict(answer):
-    expect(isinstance(answer, (list, tuple)) and len(answer) == 3,
-           'give a list of three answers: [an int, an int, a string such as "x.head.weight"]')
+    expect(
+        isinstance(answer, (list, tuple)) and len(answer) == 3,
+        'give a list of three answers: [an int, an int, a string such as "x.head.weight"]',
+    )
     n_model, n_opt, key = answer
     expect(isinstance(n_model, int) and isinstance(n_opt, int), "the first two answers are counts: write them as ints")
     expect(isinstance(key, str), 'the third answer is a key: write it as a string, e.g. "x.head.weight"')
@@ -48,28 +50,42 @@ def predict_state_dict(answer):
     model = Tagger()
     expected_model = len(model.state_dict())  # 6 parameters + 3 BatchNorm buffers + temperature = 10
     if n_model == 6:
-        hint("a: 6 counts only the parameters; the state_dict also holds the persistent buffers: BatchNorm's "
-             "running_mean, running_var, num_batches_tracked and the registered `temperature`", BUFFERS)
+        hint(
+            "a: 6 counts only the parameters; the state_dict also holds the persistent buffers: BatchNorm's "
+            "running_mean, running_var, num_batches_tracked and the registered `temperature`",
+            BUFFERS,
+        )
     if n_model == expected_model + 1:
         hint("a: `cache` was registered with `persistent=False`, which keeps it out of the state_dict", BUFFERS)
     if n_model == expected_model - 1:
-        hint("a: one entry short: BatchNorm keeps three buffers (running_mean, running_var and the counter "
-             "num_batches_tracked), and `temperature` is a buffer too", BUFFERS)
-    expect(n_model == expected_model, "a: count each parameter (weight and bias of both Linear layers and of "
-           "BatchNorm; ReLU and Dropout have none) and each persistent buffer", BUFFERS)
+        hint(
+            "a: one entry short: BatchNorm keeps three buffers (running_mean, running_var and the counter "
+            "num_batches_tracked), and `temperature` is a buffer too",
+            BUFFERS,
+        )
+    expect(
+        n_model == expected_model,
+        "a: count each parameter (weight and bias of both Linear layers and of "
+        "BatchNorm; ReLU and Dropout have none) and each persistent buffer",
+        BUFFERS,
+    )
 
     opt = torch.optim.Adam(model.parameters())
     model(torch.randn(5, 4)).sum().backward()
     opt.step()
     expected_opt = len(opt.state_dict()["state"])  # one entry per parameter: 6
     if n_opt == 0:
-        hint("b: the state is empty only *before* the first step; `step()` creates Adam's state for every "
-             "parameter that has a gradient")
+        hint(
+            "b: the state is empty only *before* the first step; `step()` creates Adam's state for every "
+            "parameter that has a gradient"
+        )
     if n_opt == expected_model:
         hint("b: buffers are not parameters: the optimizer never sees them, so they have no optimizer state")
     if n_opt in (2 * expected_opt, 3 * expected_opt):
-        hint("b: `state` has one entry per parameter; each entry is a dict holding that parameter's `step`, "
-             "`exp_avg` and `exp_avg_sq`")
+        hint(
+            "b: `state` has one entry per parameter; each entry is a dict holding that parameter's `step`, "
+            "`exp_avg` and `exp_avg_sq`"
+        )
     if n_opt == expected_opt - 2:
         hint("b: BatchNorm has two trainable parameters too (`weight` and `bias`, its affine scale and shift)")
     expect(n_opt == expected_opt, "b: after one step, Adam keeps one state entry per parameter that had a gradient")
@@ -77,16 +93,26 @@ def predict_state_dict(answer):
     expected_key = "_orig_mod.module.head.weight"  # torch.compile(DataParallel(model)): outermost wrapper first
     stripped = key.strip()
     if stripped == "module._orig_mod.head.weight":
-        hint("c: the prefixes are in the wrong order: the outermost wrapper's attribute comes first, and "
-             "`torch.compile` wraps the DataParallel, which wraps the model", PREFIXES)
+        hint(
+            "c: the prefixes are in the wrong order: the outermost wrapper's attribute comes first, and "
+            "`torch.compile` wraps the DataParallel, which wraps the model",
+            PREFIXES,
+        )
     if stripped in ("head.weight", "module.head.weight", "_orig_mod.head.weight"):
-        hint("c: each wrapper adds its own prefix, the attribute under which it keeps what it wraps: `module.` "
-             "(DataParallel) and `_orig_mod.` (torch.compile)", PREFIXES)
-    expect(stripped == expected_key, "c: write the full key as `state_dict()` prints it, the wrappers' prefixes "
-           "first, then the name inside Tagger", PREFIXES)
+        hint(
+            "c: each wrapper adds its own prefix, the attribute under which it keeps what it wraps: `module.` "
+            "(DataParallel) and `_orig_mod.` (torch.compile)",
+            PREFIXES,
+        )
+    expect(
+        stripped == expected_key,
+        "c: write the full key as `state_dict()` prints it, the wrappers' prefixes first, then the name inside Tagger",
+        PREFIXES,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- exercise 2
+
 
 def _small_net() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
@@ -123,13 +149,19 @@ def _call_load(load_fn, path, model, opt):
     try:
         return returns(load_fn, path, model, opt)
     except pickle.UnpicklingError:
-        hint("`torch.load` (weights_only=True, the default) refused an object in your file: store only "
-             "tensors, state_dicts and plain Python values, never the model or optimizer object itself, and "
-             "no NumPy arrays (NumPy's random state is one; only torch's generator matters here)", WEIGHTS_ONLY)
+        hint(
+            "`torch.load` (weights_only=True, the default) refused an object in your file: store only "
+            "tensors, state_dicts and plain Python values, never the model or optimizer object itself, and "
+            "no NumPy arrays (NumPy's random state is one; only torch's generator matters here)",
+            WEIGHTS_ONLY,
+        )
     except RuntimeError as err:
         if "Missing key(s)" in str(err) and "running_" in str(err):
-            hint("the file lacks BatchNorm's running statistics: they are buffers, not parameters, so save "
-                 "`model.state_dict()` rather than the parameters", BUFFERS)
+            hint(
+                "the file lacks BatchNorm's running statistics: they are buffers, not parameters, so save "
+                "`model.state_dict()` rather than the parameters",
+                BUFFERS,
+            )
         raise
 
 
@@ -149,16 +181,25 @@ def save_and_load(save_fn, load_fn):
             _train(model, opt, done, x, y)
             saved_model = {k: v.clone() for k, v in model.state_dict().items()}
             saved_opt = opt.state_dict()
-            saved_opt = {"state": {i: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
-                                   for i, s in saved_opt["state"].items()}}
+            saved_opt = {
+                "state": {
+                    i: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+                    for i, s in saved_opt["state"].items()
+                }
+            }
             saved_rng = torch.get_rng_state()
 
             path = os.path.join(tmp, f"state_{case}.pt")
             save_fn(path, model, opt, done)
-            expect(os.path.isfile(path), "`save_state` wrote no file at `path`: write the checkpoint with "
-                   "`torch.save(checkpoint, path)`", CHECKPOINT)
-            expect(torch.equal(torch.get_rng_state(), saved_rng), "`save_state` changed torch's random state: "
-                   "read it with `torch.get_rng_state()`, do not draw numbers")
+            expect(
+                os.path.isfile(path),
+                "`save_state` wrote no file at `path`: write the checkpoint with `torch.save(checkpoint, path)`",
+                CHECKPOINT,
+            )
+            expect(
+                torch.equal(torch.get_rng_state(), saved_rng),
+                "`save_state` changed torch's random state: read it with `torch.get_rng_state()`, do not draw numbers",
+            )
             _train(model, opt, more, x, y)  # the run that never stopped
             reference = model.state_dict()
 
@@ -168,42 +209,69 @@ def save_and_load(save_fn, load_fn):
             before = {k: v.clone() for k, v in fresh.state_dict().items()}
             torch.manual_seed(12345)
             step = _call_load(load_fn, path, fresh, fresh_opt)
-            expect(isinstance(step, int) and not isinstance(step, bool),
-                   f"`load_state` should return the step as an int, not {type(step).__name__}")
-            expect(step == done, f"`load_state` returned step {step}, but the checkpoint was saved at step {done}: "
-                   "store the step in the file and return it")
+            expect(
+                isinstance(step, int) and not isinstance(step, bool),
+                f"`load_state` should return the step as an int, not {type(step).__name__}",
+            )
+            expect(
+                step == done,
+                f"`load_state` returned step {step}, but the checkpoint was saved at step {done}: "
+                "store the step in the file and return it",
+            )
             loaded = fresh.state_dict()
             params = {name for name, _ in fresh.named_parameters()}
             if any(not torch.equal(loaded[k], saved_model[k]) for k in params):
-                hint("the model's weights were not restored: call `model.load_state_dict(...)` on the model you "
-                     "were given (assigning a new object to the name `model` inside the function changes "
-                     "nothing outside it)", "2. Save and load the `state_dict` (recommended)")
+                hint(
+                    "the model's weights were not restored: call `model.load_state_dict(...)` on the model you "
+                    "were given (assigning a new object to the name `model` inside the function changes "
+                    "nothing outside it)",
+                    "2. Save and load the `state_dict` (recommended)",
+                )
             changed = [k for k, v in saved_model.items() if not torch.equal(loaded[k], v)]
             if changed and any(not torch.equal(loaded[k], before[k]) for k in changed):
-                hint("BatchNorm's running statistics were loaded, then changed: `load_state` ran the model in "
-                     "training mode after loading (every forward pass in `train()` updates them); only restore "
-                     "state there", BUFFERS)
+                hint(
+                    "BatchNorm's running statistics were loaded, then changed: `load_state` ran the model in "
+                    "training mode after loading (every forward pass in `train()` updates them); only restore "
+                    "state there",
+                    BUFFERS,
+                )
             if changed:
-                hint("the weights are back but BatchNorm's running statistics are not: they are buffers, so "
-                     "save and load `model.state_dict()`, not only the parameters", BUFFERS)
+                hint(
+                    "the weights are back but BatchNorm's running statistics are not: they are buffers, so "
+                    "save and load `model.state_dict()`, not only the parameters",
+                    BUFFERS,
+                )
             now_opt = fresh_opt.state_dict()
             if not now_opt["state"]:
-                hint(f"the optimizer ({name}) starts empty after loading: its state (momentum buffers, Adam's "
-                     "moments and step count) must be saved with `optimizer.state_dict()` and restored with "
-                     "`optimizer.load_state_dict(...)`", MISSES)
-            expect(_same_optimizer_state(saved_opt, now_opt), f"the optimizer state ({name}) after loading "
-                   "differs from the one saved: save `optimizer.state_dict()` and load it into the optimizer "
-                   "you were given", MISSES)
+                hint(
+                    f"the optimizer ({name}) starts empty after loading: its state (momentum buffers, Adam's "
+                    "moments and step count) must be saved with `optimizer.state_dict()` and restored with "
+                    "`optimizer.load_state_dict(...)`",
+                    MISSES,
+                )
+            expect(
+                _same_optimizer_state(saved_opt, now_opt),
+                f"the optimizer state ({name}) after loading "
+                "differs from the one saved: save `optimizer.state_dict()` and load it into the optimizer "
+                "you were given",
+                MISSES,
+            )
             if not torch.equal(torch.get_rng_state(), saved_rng):
-                hint("after `load_state`, torch's random state is not the one saved, so the resumed run draws "
-                     "other batches and other dropout masks: save `torch.get_rng_state()` and restore it with "
-                     "`torch.set_rng_state(...)`, last (nothing may draw random numbers after it)", MISSES)
+                hint(
+                    "after `load_state`, torch's random state is not the one saved, so the resumed run draws "
+                    "other batches and other dropout masks: save `torch.get_rng_state()` and restore it with "
+                    "`torch.set_rng_state(...)`, last (nothing may draw random numbers after it)",
+                    MISSES,
+                )
             _train(fresh, fresh_opt, more, x, y)
             resumed = fresh.state_dict()
-            expect(all(torch.allclose(resumed[k].float(), reference[k].float(), rtol=0, atol=1e-6) for k in reference),
-                   f"with {name}, the resumed run ends with other weights than the run that never stopped, "
-                   "although weights, optimizer and random state were restored: does `load_state` change "
-                   "anything else (the random state after restoring it)?", MISSES)
+            expect(
+                all(torch.allclose(resumed[k].float(), reference[k].float(), rtol=0, atol=1e-6) for k in reference),
+                f"with {name}, the resumed run ends with other weights than the run that never stopped, "
+                "although weights, optimizer and random state were restored: does `load_state` change "
+                "anything else (the random state after restoring it)?",
+                MISSES,
+            )
 
 
 # ---------------------------------------------------------------------------------------------- exercise 3
@@ -234,14 +302,23 @@ def _run(fn, x_all, dataset, path, stop, seed, rng_seed):
         try:
             start = returns(fn, model, opt, dataset, path, stop)
         except pickle.UnpicklingError:
-            hint("`torch.load` (weights_only=True) refused an object in your checkpoint: store state_dicts and "
-                 "plain values, never the model or optimizer object", WEIGHTS_ONLY)
+            hint(
+                "`torch.load` (weights_only=True) refused an object in your checkpoint: store state_dicts and "
+                "plain values, never the model or optimizer object",
+                WEIGHTS_ONLY,
+            )
     finally:
         handle.remove()
-    expect(isinstance(start, int) and not isinstance(start, bool),
-           f"return the step the run started from, as an int, not {type(start).__name__}")
-    expect(all(len(b) == BATCH for b in seen), f"every step should train on one batch of BATCH = {BATCH} samples, "
-           f"got batches of {sorted({len(b) for b in seen})}", "04 · 3. `DataLoader` arguments")
+    expect(
+        isinstance(start, int) and not isinstance(start, bool),
+        f"return the step the run started from, as an int, not {type(start).__name__}",
+    )
+    expect(
+        all(len(b) == BATCH for b in seen),
+        f"every step should train on one batch of BATCH = {BATCH} samples, "
+        f"got batches of {sorted({len(b) for b in seen})}",
+        "04 · 3. `DataLoader` arguments",
+    )
     return model, opt, start, seen
 
 
@@ -261,66 +338,121 @@ def resume_mid_epoch(fn):
         with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
             paths = {name: os.path.join(tmp, f"{name}.pt") for name in ("straight", "crashed", "to_save")}
             straight, _, start, seen = _run(fn, x_all, dataset, paths["straight"], stop, seed=0, rng_seed=0)
-            expect(start == 0, f"with no file at `ckpt_path` the run starts at step 0, but the function returned "
-                   f"{start}")
-            expect(len(seen) == stop, f"asked to train up to step {stop}, the model ran {len(seen)} forward passes: "
-                   "one step (one forward pass) per batch, from the start step up to `stop`")
-            expect(os.path.isfile(paths["straight"]), "no checkpoint was written to `ckpt_path`: save after every "
-                   "`save_every` steps", CHECKPOINT)
-            epochs = [sum(seen[e * per_epoch:(e + 1) * per_epoch], []) for e in range(stop // per_epoch)]
+            expect(
+                start == 0, f"with no file at `ckpt_path` the run starts at step 0, but the function returned {start}"
+            )
+            expect(
+                len(seen) == stop,
+                f"asked to train up to step {stop}, the model ran {len(seen)} forward passes: "
+                "one step (one forward pass) per batch, from the start step up to `stop`",
+            )
+            expect(
+                os.path.isfile(paths["straight"]),
+                "no checkpoint was written to `ckpt_path`: save after every `save_every` steps",
+                CHECKPOINT,
+            )
+            epochs = [sum(seen[e * per_epoch : (e + 1) * per_epoch], []) for e in range(stop // per_epoch)]
             for order in epochs:
-                expect(sorted(order) == list(range(n)), "each epoch should visit every sample exactly once: "
-                       "shuffle a permutation of the indices (`torch.randperm` or `DataLoader(shuffle=True)`), "
-                       "do not draw indices at random", "04 · 4. Samplers")
-            expect(epochs[0] != list(range(n)), "the samples come in their stored order: shuffle them",
-                   "04 · 3. `DataLoader` arguments")
-            expect(epochs[0] != epochs[1], "every epoch sees the samples in the same order: shuffle anew each "
-                   "epoch, with a generator seeded from the epoch number", "04 · 3. `DataLoader` arguments")
+                expect(
+                    sorted(order) == list(range(n)),
+                    "each epoch should visit every sample exactly once: "
+                    "shuffle a permutation of the indices (`torch.randperm` or `DataLoader(shuffle=True)`), "
+                    "do not draw indices at random",
+                    "04 · 4. Samplers",
+                )
+            expect(
+                epochs[0] != list(range(n)),
+                "the samples come in their stored order: shuffle them",
+                "04 · 3. `DataLoader` arguments",
+            )
+            expect(
+                epochs[0] != epochs[1],
+                "every epoch sees the samples in the same order: shuffle anew each "
+                "epoch, with a generator seeded from the epoch number",
+                "04 · 3. `DataLoader` arguments",
+            )
 
             _, _, start, seen_crashed = _run(fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0)
-            expect(seen_crashed == seen[:crash], "two runs from the same seed saw different batches: the order "
-                   "must be a function of the epoch only, e.g. `torch.Generator().manual_seed(epoch)`")
+            expect(
+                seen_crashed == seen[:crash],
+                "two runs from the same seed saw different batches: the order "
+                "must be a function of the epoch only, e.g. `torch.Generator().manual_seed(epoch)`",
+            )
 
             # the state after `saved_at` steps, for comparison: a run that stops right there
             at_save, at_save_opt, _, _ = _run(fn, x_all, dataset, paths["to_save"], saved_at, seed=0, rng_seed=0)
-            probe, probe_opt, start, probe_seen = _run(fn, x_all, dataset, paths["crashed"], saved_at, seed=7,
-                                                       rng_seed=999)
+            probe, probe_opt, start, probe_seen = _run(
+                fn, x_all, dataset, paths["crashed"], saved_at, seed=7, rng_seed=999
+            )
             if start == 0 and len(probe_seen) == saved_at:
-                hint("the function did not resume: when a file exists at `ckpt_path`, load it first and continue "
-                     "from the step stored in it")
-            expect(start == saved_at, f"the first run died after step {crash}; its last checkpoint holds step "
-                   f"{saved_at} (one every 4 steps), but the resumed function returned {start}: store the step "
-                   "in the checkpoint and return it")
-            expect(not probe_seen, f"resumed at step {saved_at} with stop={saved_at}, the function still trained "
-                   f"{len(probe_seen)} steps: continue from the checkpoint's step, up to `stop`")
+                hint(
+                    "the function did not resume: when a file exists at `ckpt_path`, load it first and continue "
+                    "from the step stored in it"
+                )
+            expect(
+                start == saved_at,
+                f"the first run died after step {crash}; its last checkpoint holds step "
+                f"{saved_at} (one every 4 steps), but the resumed function returned {start}: store the step "
+                "in the checkpoint and return it",
+            )
+            expect(
+                not probe_seen,
+                f"resumed at step {saved_at} with stop={saved_at}, the function still trained "
+                f"{len(probe_seen)} steps: continue from the checkpoint's step, up to `stop`",
+            )
             if not _params_close(probe, at_save):
-                one_more, _, _, _ = _run(fn, x_all, dataset, os.path.join(tmp, "one_more.pt"), saved_at + 1,
-                                         seed=0, rng_seed=0)
+                one_more, _, _, _ = _run(
+                    fn, x_all, dataset, os.path.join(tmp, "one_more.pt"), saved_at + 1, seed=0, rng_seed=0
+                )
                 if _params_close(probe, one_more):
-                    hint(f"the checkpoint that says step {saved_at} holds the weights after {saved_at + 1} steps: "
-                         f"save after global steps 4, 8, 12 (with a 0-based loop index `step`, when "
-                         "`(step + 1) % save_every == 0`) and store the number of steps done, `step + 1`",
-                         CHECKPOINT)
-            expect(_params_close(probe, at_save), "after resuming, the model's weights are not those saved in the "
-                   "checkpoint: save `model.state_dict()` and load it with `model.load_state_dict`", CHECKPOINT)
+                    hint(
+                        f"the checkpoint that says step {saved_at} holds the weights after {saved_at + 1} steps: "
+                        f"save after global steps 4, 8, 12 (with a 0-based loop index `step`, when "
+                        "`(step + 1) % save_every == 0`) and store the number of steps done, `step + 1`",
+                        CHECKPOINT,
+                    )
+            expect(
+                _params_close(probe, at_save),
+                "after resuming, the model's weights are not those saved in the "
+                "checkpoint: save `model.state_dict()` and load it with `model.load_state_dict`",
+                CHECKPOINT,
+            )
             momentum = [s.get("momentum_buffer") for s in probe_opt.state_dict()["state"].values()]
             if not momentum or any(m is None for m in momentum):
-                hint("after resuming, the optimizer has no momentum buffers: save `optimizer.state_dict()` in "
-                     "the checkpoint and load it, or the next steps differ", MISSES)
-            expect(all(torch.allclose(a["momentum_buffer"], b["momentum_buffer"], rtol=0, atol=1e-6) for a, b in
-                       zip(probe_opt.state_dict()["state"].values(), at_save_opt.state_dict()["state"].values())),
-                   "after resuming, the momentum buffers differ from those of the run that stopped there", MISSES)
+                hint(
+                    "after resuming, the optimizer has no momentum buffers: save `optimizer.state_dict()` in "
+                    "the checkpoint and load it, or the next steps differ",
+                    MISSES,
+                )
+            expect(
+                all(
+                    torch.allclose(a["momentum_buffer"], b["momentum_buffer"], rtol=0, atol=1e-6)
+                    for a, b in zip(
+                        probe_opt.state_dict()["state"].values(), at_save_opt.state_dict()["state"].values()
+                    )
+                ),
+                "after resuming, the momentum buffers differ from those of the run that stopped there",
+                MISSES,
+            )
 
-            resumed, _, start, resumed_seen = _run(fn, x_all, dataset, paths["crashed"], stop, seed=8,
-                                                   rng_seed=12345)
+            resumed, _, start, resumed_seen = _run(fn, x_all, dataset, paths["crashed"], stop, seed=8, rng_seed=12345)
             expected = seen[saved_at:stop]
             if resumed_seen and resumed_seen[0] == seen[saved_at - saved_at % per_epoch] and saved_at % per_epoch:
-                hint(f"the resumed run restarted epoch {saved_at // per_epoch} from its first batch, so it trained "
-                     f"on {saved_at % per_epoch} batches twice: skip the batches of the epoch that are already done "
-                     "(step % steps_per_epoch)")
-            expect(resumed_seen == expected, "the resumed run saw other batches than the run that never stopped: "
-                   "derive each epoch's order from the epoch number alone (a generator seeded with it), not from "
-                   "torch's global random state, which a new process does not share", MISSES)
-            expect(_params_close(resumed, straight), "the resumed run saw the right batches but ends with other "
-                   "weights than the run that never stopped: is everything the next steps use saved and loaded?",
-                   MISSES)
+                hint(
+                    f"the resumed run restarted epoch {saved_at // per_epoch} from its first batch, so it trained "
+                    f"on {saved_at % per_epoch} batches twice: skip the batches of the epoch that are already done "
+                    "(step % steps_per_epoch)"
+                )
+            expect(
+                resumed_seen == expected,
+                "the resumed run saw other batches than the run that never stopped: "
+                "derive each epoch's order from the epoch number alone (a generator seeded with it), not from "
+                "torch's global random state, which a new process does not share",
+                MISSES,
+            )
+            expect(
+                _params_close(resumed, straight),
+                "the resumed run saw the right batches but ends with other "
+                "weights than the run that never stopped: is everything the next steps use saved and loaded?",
+                MISSES,
+            )

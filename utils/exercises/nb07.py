@@ -33,8 +33,10 @@ def _as_dtype(value, which: str) -> torch.dtype:
 
 @EXERCISES.exercise(1, "What autocast makes of each operation (predict)", AUTOCAST)
 def predict_dtypes(answer):
-    expect(isinstance(answer, (list, tuple)) and len(answer) == 4,
-           "give a list of four dtypes: [h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype]")
+    expect(
+        isinstance(answer, (list, tuple)) and len(answer) == 4,
+        "give a list of four dtypes: [h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype]",
+    )
     h_dt, p_dt, loss_dt, grad_dt = (_as_dtype(v, w) for v, w in zip(answer, ("h", "p", "loss", "grad")))
 
     # the exercise's code, run on the CPU (its autocast lists are the ones asked about)
@@ -47,20 +49,28 @@ def predict_dtypes(answer):
     loss.backward()
 
     if h_dt == torch.float32:
-        hint("h: `nn.Linear` is a matrix product, on autocast's lower-precision list: its float32 inputs (x, "
-             "weight, bias) are cast to bfloat16 and so is its output")
+        hint(
+            "h: `nn.Linear` is a matrix product, on autocast's lower-precision list: its float32 inputs (x, "
+            "weight, bias) are cast to bfloat16 and so is its output"
+        )
     expect(h_dt == h.dtype, f"h: a linear layer under autocast with dtype=torch.bfloat16 does not give {h_dt}")
     if p_dt == torch.float32:
-        hint("p: on the CPU softmax is on no autocast list (on CUDA it is on the float32 list): it follows its "
-             "input, and h is bfloat16")
+        hint(
+            "p: on the CPU softmax is on no autocast list (on CUDA it is on the float32 list): it follows its "
+            "input, and h is bfloat16"
+        )
     expect(p_dt == p.dtype, f"p: softmax follows the dtype of its input on the CPU, so not {p_dt}")
     if loss_dt == torch.bfloat16:
-        hint("loss: `cross_entropy` is on autocast's float32 list on every device: its bfloat16 input is cast to "
-             "float32 first, so the loss is float32")
+        hint(
+            "loss: `cross_entropy` is on autocast's float32 list on every device: its bfloat16 input is cast to "
+            "float32 first, so the loss is float32"
+        )
     expect(loss_dt == loss.dtype, f"loss: not {loss_dt}")
     if grad_dt == torch.bfloat16:
-        hint("grad: autocast changes only how operations compute. The parameters stay float32 and their "
-             "gradients have the parameters' dtype: the answer to the notes' question is yes")
+        hint(
+            "grad: autocast changes only how operations compute. The parameters stay float32 and their "
+            "gradients have the parameters' dtype: the answer to the notes' question is yes"
+        )
     expect(grad_dt == layer.weight.grad.dtype, f"grad: not {grad_dt}")
 
 
@@ -141,18 +151,37 @@ def _no_zero_grad(m, o, s, x, y):
 
 
 MISTAKES = [
-    (_clip_first, "the gradients were clipped while still scaled: call `scaler.unscale_(optimizer)` before "
-                  "`clip_grad_norm_`, or the clipping threshold is in the wrong units", RECIPES),
-    (_no_clip, "the gradients' norm was not clipped: call `torch.nn.utils.clip_grad_norm_(model.parameters(), "
-               "max_norm)` between `scaler.unscale_(optimizer)` and `scaler.step(optimizer)` (`clip_grad_value_` "
-               "clips each element to ±max_norm instead, and here changes nothing)", RECIPES),
-    (_not_scaled, "the backward pass started from the unscaled loss, so `unscale_` divided true gradients by the "
-                  "scale: call `scaler.scale(loss).backward()`", SCALER),
-    (_optimizer_step, "`optimizer.step()` used the scaled gradients, `scale` times too large: step with "
-                      "`scaler.step(optimizer)`, which unscales them first (and skips steps with inf/nan)", SCALER),
-    (_no_zero_grad, "the gradients of the previous step were still there: call `optimizer.zero_grad()` in every "
-                    "step (at its start, or after `scaler.update()` as the notes do)",
-     "02 · 4. The graph is freed; gradients accumulate (梯度累加)"),
+    (
+        _clip_first,
+        "the gradients were clipped while still scaled: call `scaler.unscale_(optimizer)` before "
+        "`clip_grad_norm_`, or the clipping threshold is in the wrong units",
+        RECIPES,
+    ),
+    (
+        _no_clip,
+        "the gradients' norm was not clipped: call `torch.nn.utils.clip_grad_norm_(model.parameters(), "
+        "max_norm)` between `scaler.unscale_(optimizer)` and `scaler.step(optimizer)` (`clip_grad_value_` "
+        "clips each element to ±max_norm instead, and here changes nothing)",
+        RECIPES,
+    ),
+    (
+        _not_scaled,
+        "the backward pass started from the unscaled loss, so `unscale_` divided true gradients by the "
+        "scale: call `scaler.scale(loss).backward()`",
+        SCALER,
+    ),
+    (
+        _optimizer_step,
+        "`optimizer.step()` used the scaled gradients, `scale` times too large: step with "
+        "`scaler.step(optimizer)`, which unscales them first (and skips steps with inf/nan)",
+        SCALER,
+    ),
+    (
+        _no_zero_grad,
+        "the gradients of the previous step were still there: call `optimizer.zero_grad()` in every "
+        "step (at its start, or after `scaler.update()` as the notes do)",
+        "02 · 4. The graph is freed; gradients accumulate (梯度累加)",
+    ),
 ]
 
 
@@ -184,48 +213,73 @@ def amp_step_check(fn):
                 loss = returns(fn, model, opt, scaler, x, y, MAX_NORM)
             except AssertionError as err:  # GradScaler's own checks are asserts
                 if "_scale is None" in str(err):
-                    hint("`unscale_` found no scale: the backward pass must start from the scaled loss, "
-                         "`scaler.scale(loss).backward()`")
+                    hint(
+                        "`unscale_` found no scale: the backward pass must start from the scaled loss, "
+                        "`scaler.scale(loss).backward()`"
+                    )
                 if "No inf checks were recorded" in str(err) and all(p.grad is None for p in model.parameters()):
-                    hint("no parameter had a gradient when the scaler unscaled and stepped: zero the gradients "
-                         "before `backward()` (or after `scaler.update()`), never between backward and step")
+                    hint(
+                        "no parameter had a gradient when the scaler unscaled and stepped: zero the gradients "
+                        "before `backward()` (or after `scaler.update()`), never between backward and step"
+                    )
                 if "No inf checks were recorded" in str(err):
-                    hint("`scaler.update()` found no inf/nan check to learn from: step with "
-                         "`scaler.step(optimizer)`, not `optimizer.step()`")
+                    hint(
+                        "`scaler.update()` found no inf/nan check to learn from: step with "
+                        "`scaler.step(optimizer)`, not `optimizer.step()`"
+                    )
                 raise
             except RuntimeError as err:
                 message = str(err)
                 if "since the last update()" in message or "after step()" in message:
-                    hint("the scaler refused a second step: call `scaler.update()` at the end of every step, "
-                         "after `scaler.step(optimizer)`")
+                    hint(
+                        "the scaler refused a second step: call `scaler.update()` at the end of every step, "
+                        "after `scaler.step(optimizer)`"
+                    )
                 raise
             if scaler._per_optimizer_states[id(opt)]["stage"].name != "READY":  # internal, as in section 3
-                hint("after your step the scaler is not back in its READY state: `scaler.update()` must be its last "
-                     "call in every step, after `scaler.step(optimizer)`")
+                hint(
+                    "after your step the scaler is not back in its READY state: `scaler.update()` must be its last "
+                    "call in every step, after `scaler.step(optimizer)`"
+                )
             if seen_dtypes and seen_dtypes[-1] == torch.float32:
-                hint("the forward pass ran in float32: compute the output and the loss inside "
-                     "`with torch.amp.autocast(x.device.type, dtype=torch.float16):`", AUTOCAST)
+                hint(
+                    "the forward pass ran in float32: compute the output and the loss inside "
+                    "`with torch.amp.autocast(x.device.type, dtype=torch.float16):`",
+                    AUTOCAST,
+                )
             if seen_dtypes and seen_dtypes[-1] == torch.bfloat16:
-                hint("the forward pass ran in bfloat16: this exercise uses float16, the type that needs a "
-                     "GradScaler (bfloat16 has float32's range and does not)", WHY)
+                hint(
+                    "the forward pass ran in bfloat16: this exercise uses float16, the type that needs a "
+                    "GradScaler (bfloat16 has float32's range and does not)",
+                    WHY,
+                )
             expect(isinstance(loss, (torch.Tensor, float)), f"return the loss, not a {type(loss).__name__}")
             loss = torch.as_tensor(loss)
             if loss.dtype == torch.float16:
-                hint("the loss is float16: compute it inside the autocast region, where `cross_entropy` runs in "
-                     "float32", AUTOCAST)
+                hint(
+                    "the loss is float16: compute it inside the autocast region, where `cross_entropy` runs in float32",
+                    AUTOCAST,
+                )
             if number == 0 and torch.allclose(loss.detach().float(), INIT_SCALE * expected_loss.detach()):
                 hint("return the loss itself, not `scaler.scale(loss)`: the scaled loss is only for `backward()`")
-            expect(torch.allclose(loss.detach().float().cpu(), expected_loss.detach(), rtol=1e-3, equal_nan=True),
-                   f"the returned loss {loss.item():.4f} is not the cross-entropy of this batch "
-                   f"({expected_loss.item():.4f})")
+            expect(
+                torch.allclose(loss.detach().float().cpu(), expected_loss.detach(), rtol=1e-3, equal_nan=True),
+                f"the returned loss {loss.item():.4f} is not the cross-entropy of this batch "
+                f"({expected_loss.item():.4f})",
+            )
             after = _params(model)
             if number == 2:  # the overflow
                 if not all(torch.isfinite(p).all() for p in after):
-                    hint("an overflowing step wrote inf/nan into the weights: step with `scaler.step(optimizer)`, "
-                         "which skips the update when the gradients are not finite, never `optimizer.step()`")
-                expect(scaler.get_scale() == expected_scaler.get_scale(), "after an overflow the scale should "
-                       f"halve ({expected_scaler.get_scale():g}), but it is {scaler.get_scale():g}: call "
-                       "`scaler.update()` after `scaler.step(optimizer)`")
+                    hint(
+                        "an overflowing step wrote inf/nan into the weights: step with `scaler.step(optimizer)`, "
+                        "which skips the update when the gradients are not finite, never `optimizer.step()`"
+                    )
+                expect(
+                    scaler.get_scale() == expected_scaler.get_scale(),
+                    "after an overflow the scale should "
+                    f"halve ({expected_scaler.get_scale():g}), but it is {scaler.get_scale():g}: call "
+                    "`scaler.update()` after `scaler.step(optimizer)`",
+                )
             if _close(after, _params(expected_model)):
                 continue
             for mistake, message, section in MISTAKES:
@@ -237,14 +291,19 @@ def amp_step_check(fn):
                 if _close(after, _params(m)):
                     hint(message, section)
             if number < 2 and _close(after, [p.detach() for p in before[0].parameters()]):
-                hint("the weights did not change: were the gradients zeroed between the backward pass and the step? "
-                     "Zero them before `backward()` (or after `scaler.update()`), and step with "
-                     "`scaler.step(optimizer)`")
-            hint("after the step the weights differ from those of the recipe: scale → backward → unscale_ → clip "
-                 "→ step → update")
+                hint(
+                    "the weights did not change: were the gradients zeroed between the backward pass and the step? "
+                    "Zero them before `backward()` (or after `scaler.update()`), and step with "
+                    "`scaler.step(optimizer)`"
+                )
+            hint(
+                "after the step the weights differ from those of the recipe: scale → backward → unscale_ → clip "
+                "→ step → update"
+            )
 
 
 # ---------------------------------------------------------------------------------------------- exercise 3
+
 
 def _hooks_left(model: nn.Module) -> bool:
     local = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
@@ -263,11 +322,13 @@ def _overflowing_chain() -> nn.Module:
 
 
 def _nested() -> nn.Module:
-    model = nn.Sequential(OrderedDict(
-        stem=nn.Linear(4, 8),
-        block=nn.Sequential(nn.Linear(8, 8), nn.ReLU()),
-        head=nn.Linear(8, 2),
-    ))
+    model = nn.Sequential(
+        OrderedDict(
+            stem=nn.Linear(4, 8),
+            block=nn.Sequential(nn.Linear(8, 8), nn.ReLU()),
+            head=nn.Linear(8, 2),
+        )
+    )
     with torch.no_grad():
         model.stem.weight.fill_(1.0)
         model.stem.bias.zero_()
@@ -288,13 +349,19 @@ def _ask(fn, model, x):
     dtypes = {name: p.dtype for name, p in model.named_parameters()}
     name = fn(model, x)  # None is a valid answer here, so no `returns`
     if _hooks_left(model):
-        hint("hooks are still registered after your function returned: keep every handle and call "
-             "`handle.remove()` in a `finally` block", HOOKS)
+        hint(
+            "hooks are still registered after your function returned: keep every handle and call "
+            "`handle.remove()` in a `finally` block",
+            HOOKS,
+        )
     if any(p.dtype != dtypes[n] for n, p in model.named_parameters()):
-        hint("your function changed the model's parameters to another dtype (`.half()`?): use autocast, which "
-             "leaves the parameters float32 and casts only inside the region", AUTOCAST)
+        hint(
+            "your function changed the model's parameters to another dtype (`.half()`?): use autocast, which "
+            "leaves the parameters float32 and casts only inside the region",
+            AUTOCAST,
+        )
     if isinstance(name, nn.Module):
-        hint("return the module's name as `named_modules()` gives it (a string such as \"2\"), not the module")
+        hint('return the module\'s name as `named_modules()` gives it (a string such as "2"), not the module')
     expect(name is None or isinstance(name, str), f"return a module name (str) or None, not {type(name).__name__}")
     return name
 
@@ -305,18 +372,24 @@ def first_overflow_check(fn):
     chain = _overflowing_chain()
     found = _ask(fn, chain, x)
     if found is None:
-        hint("no overflow found, but layer \"2\" overflows in float16: run the model inside "
-             "`torch.amp.autocast(x.device.type, dtype=torch.float16)` (in float32 and bfloat16 the values, about "
-             "1e5, fit easily)", AUTOCAST)
+        hint(
+            'no overflow found, but layer "2" overflows in float16: run the model inside '
+            "`torch.amp.autocast(x.device.type, dtype=torch.float16)` (in float32 and bfloat16 the values, about "
+            "1e5, fit easily)",
+            AUTOCAST,
+        )
     if found == "4":
-        hint("you returned \"4\", the first module whose output holds NaN, but \"2\" overflowed before it: an "
-             "overflow gives ±inf, and NaN comes only later (inf − inf in the next matrix product). Test with "
-             "`torch.isfinite`, which catches both, not `torch.isnan`")
+        hint(
+            'you returned "4", the first module whose output holds NaN, but "2" overflowed before it: an '
+            "overflow gives ±inf, and NaN comes only later (inf − inf in the next matrix product). Test with "
+            "`torch.isfinite`, which catches both, not `torch.isnan`"
+        )
     if found in ("", "3"):
-        hint(f"you returned {found!r}, a module that only passes on the overflow of an earlier one: return the "
-             "first module, in the order the hooks fire, whose output is not finite")
-    expect(found == "2", f"the first module with a non-finite output is \"2\" (its output reaches 128000), "
-           f"not {found!r}")
+        hint(
+            f"you returned {found!r}, a module that only passes on the overflow of an earlier one: return the "
+            "first module, in the order the hooks fire, whose output is not finite"
+        )
+    expect(found == "2", f'the first module with a non-finite output is "2" (its output reaches 128000), not {found!r}')
 
     tame = _overflowing_chain()
     with torch.no_grad():
@@ -327,14 +400,18 @@ def first_overflow_check(fn):
     nested = _nested()
     found = _ask(fn, nested, x)
     if found == "block":
-        hint("you returned the container \"block\": register the hook on every module of `named_modules()`, "
-             "not only on the direct children; a container's hook fires after those of the modules inside it",
-             HOOKS)
-    expect(found == "block.0", f"the first non-finite output is that of \"block.0\", not {found!r}")
+        hint(
+            'you returned the container "block": register the hook on every module of `named_modules()`, '
+            "not only on the direct children; a container's hook fires after those of the modules inside it",
+            HOOKS,
+        )
+    expect(found == "block.0", f'the first non-finite output is that of "block.0", not {found!r}')
 
     found = _ask(fn, _hidden(), x)
     if found is None:
-        hint("no overflow found in a model whose layer \"0\" gives -80000 (-inf in float16) while its output is "
-             "finite, because the ReLU after it turns -inf into 0: test every module's output with "
-             "`torch.isfinite`, not only the model's")
-    expect(found == "0", f"the first non-finite output is that of \"0\", not {found!r}")
+        hint(
+            'no overflow found in a model whose layer "0" gives -80000 (-inf in float16) while its output is '
+            "finite, because the ReLU after it turns -inf into 0: test every module's output with "
+            "`torch.isfinite`, not only the model's"
+        )
+    expect(found == "0", f'the first non-finite output is that of "0", not {found!r}')

@@ -26,10 +26,10 @@ RAISES = {"A": True, "B": False, "C": True, "D": False, "E": True, "F": False}
 WHY = {
     "A": "A raises: the derivative of exp is exp itself, so `exp` saves its output y, and `y.add_(1)` overwrites it",
     "B": "B runs: sigmoid's backward uses its output, σ(1 − σ), not its input h, so overwriting h afterwards "
-         "harms nothing",
+    "harms nothing",
     "C": "C raises: the derivative of h ** 2 is 2h, so `pow` saves its input h, and `h.mul_(2)` overwrites it",
     "D": "D runs: ReLU's backward needs only its output (y > 0), as the notes explain, so overwriting its input "
-         "h is harmless",
+    "h is harmless",
     "E": "E raises: ReLU saves its output y (its backward reads y > 0), and `y.mul_(2)` overwrites it",
     "F": "F runs: the derivative of h + 1 is 1 whatever h is, so the addition saves nothing",
 }
@@ -39,16 +39,20 @@ WHY = {
 def inplace_predict(answer):
     if isinstance(answer, str):
         answer = [c for c in answer if not c.isspace() and c != ","]
-    expect(isinstance(answer, (set, list, tuple, frozenset)) and all(isinstance(a, str) for a in answer),
-           "give the letters of the snippets whose backward() raises, as a set of strings, e.g. {\"A\", \"B\"}")
+    expect(
+        isinstance(answer, (set, list, tuple, frozenset)) and all(isinstance(a, str) for a in answer),
+        'give the letters of the snippets whose backward() raises, as a set of strings, e.g. {"A", "B"}',
+    )
     chosen = {a.strip().upper() for a in answer}
     unknown = sorted(chosen - set(RAISES))
     expect(not unknown, f"the snippets are A to F; {unknown} is not one of them")
     wrong = [letter for letter in sorted(RAISES) if (letter in chosen) != RAISES[letter]]
     if wrong:
         more = f" ({len(wrong)} letters are misjudged in all)" if len(wrong) > 1 else ""
-        hint(f"{WHY[wrong[0]]}{more}. The rule: a tensor may be overwritten only if no backward formula saved it, "
-             "and autograd's version counter catches the overwrite when backward() reads the saved tensor")
+        hint(
+            f"{WHY[wrong[0]]}{more}. The rule: a tensor may be overwritten only if no backward formula saved it, "
+            "and autograd's version counter catches the overwrite when backward() reads the saved tensor"
+        )
 
 
 @contextlib.contextmanager
@@ -98,8 +102,9 @@ def _same_grads_without_dropout(fn, blocks, x):
 def checkpointed(fn):
     for n_blocks, width, batch, x_needs_grad in ((4, 32, 8, False), (3, 16, 5, True)):
         torch.manual_seed(n_blocks)
-        blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Dropout(0.2))
-                               for _ in range(n_blocks))
+        blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Dropout(0.2)) for _ in range(n_blocks)
+        )
         x = torch.randn(batch, width, requires_grad=x_needs_grad)
         act = batch * width * 4
         params = list(blocks.parameters())
@@ -114,64 +119,102 @@ def checkpointed(fn):
             with _saved_bytes(blocks) as saved:
                 out = returns(fn, blocks, x)
         said = " ".join(str(w.message) for w in caught)
-        expect(x.requires_grad == x_needs_grad, "your function changed `x.requires_grad`: leave the caller's input "
-               "alone; with use_reentrant=False no input needs to require grad")
+        expect(
+            x.requires_grad == x_needs_grad,
+            "your function changed `x.requires_grad`: leave the caller's input "
+            "alone; with use_reentrant=False no input needs to require grad",
+        )
         if "use_reentrant parameter should be passed explicitly" in said:
-            hint("`checkpoint` was called without use_reentrant: PyTorch 2.14 then warns and falls back to the "
-                 "reentrant implementation, which gives no gradient to a block whose inputs do not require grad; "
-                 "pass use_reentrant=False")
+            hint(
+                "`checkpoint` was called without use_reentrant: PyTorch 2.14 then warns and falls back to the "
+                "reentrant implementation, which gives no gradient to a block whose inputs do not require grad; "
+                "pass use_reentrant=False"
+            )
         expect(isinstance(out, torch.Tensor), f"return the output tensor, not a {type(out).__name__}")
-        expect(out.shape == expected.shape, f"the output should have shape {tuple(expected.shape)}, not "
-               f"{tuple(out.shape)}: run x through every block in order")
+        expect(
+            out.shape == expected.shape,
+            f"the output should have shape {tuple(expected.shape)}, not "
+            f"{tuple(out.shape)}: run x through every block in order",
+        )
         if not out.requires_grad:
             if "None of the inputs have requires_grad=True" in said:
-                hint("with use_reentrant=True the blocks run under no_grad and only inputs that require grad get a "
-                     "gradient: the data does not, so nothing does; pass use_reentrant=False")
-            hint("the output has no graph: do not run the blocks under `torch.no_grad()` or detach the result; "
-                 "checkpointing drops activations, not the graph")
-        expect(torch.allclose(out, expected, atol=1e-6, rtol=1e-5), "the output differs from running the blocks "
-               "one after the other (with the same random seed): call each block once, in order")
-        reentrant = ("the reentrant implementation (use_reentrant=True) recomputes each block inside a nested "
-                     "backward call, so its parameters are not in the graph that `torch.autograd.grad` (used by "
-                     "this check) walks: pass use_reentrant=False")
+                hint(
+                    "with use_reentrant=True the blocks run under no_grad and only inputs that require grad get a "
+                    "gradient: the data does not, so nothing does; pass use_reentrant=False"
+                )
+            hint(
+                "the output has no graph: do not run the blocks under `torch.no_grad()` or detach the result; "
+                "checkpointing drops activations, not the graph"
+            )
+        expect(
+            torch.allclose(out, expected, atol=1e-6, rtol=1e-5),
+            "the output differs from running the blocks "
+            "one after the other (with the same random seed): call each block once, in order",
+        )
+        reentrant = (
+            "the reentrant implementation (use_reentrant=True) recomputes each block inside a nested "
+            "backward call, so its parameters are not in the graph that `torch.autograd.grad` (used by "
+            "this check) walks: pass use_reentrant=False"
+        )
         try:
             grads = _grads(out.square().sum(), params, x)
         except RuntimeError as err:
             if "incompatible with .grad()" in str(err):
                 hint(reentrant)
             raise
-        if any(g is None for g in grads[:len(params)]):
+        if any(g is None for g in grads[: len(params)]):
             hint(reentrant)
         if x_needs_grad and grads[-1] is None:
             hint("x gets no gradient: do not detach the input, its gradient is part of the result")
         if not all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads, expected_grads)):
             if not _same_grads_without_dropout(fn, blocks, x):
-                hint("the gradients differ from the plain run even with Dropout off: backward recomputes something "
-                     "else than the forward ran. A `lambda t: block(t)` written in the loop looks `block` up when "
-                     "backward calls it, and by then it is the last block; pass the block itself, "
-                     "`checkpoint(block, x, use_reentrant=False)`")
-            hint("the gradients differ from the plain run: the recomputation drew new Dropout masks; keep "
-                 "preserve_rng_state=True (the default), which replays the random generator")
+                hint(
+                    "the gradients differ from the plain run even with Dropout off: backward recomputes something "
+                    "else than the forward ran. A `lambda t: block(t)` written in the loop looks `block` up when "
+                    "backward calls it, and by then it is the last block; pass the block itself, "
+                    "`checkpoint(block, x, use_reentrant=False)`"
+                )
+            hint(
+                "the gradients differ from the plain run: the recomputation drew new Dropout masks; keep "
+                "preserve_rng_state=True (the default), which replays the random generator"
+            )
         if saved["bytes"] >= plain_saved["bytes"]:
-            hint("autograd saved as much as without checkpointing: wrap each block in `checkpoint(block, x, "
-                 "use_reentrant=False)`", S_COUNTED)
+            hint(
+                "autograd saved as much as without checkpointing: wrap each block in `checkpoint(block, x, "
+                "use_reentrant=False)`",
+                S_COUNTED,
+            )
         if saved["bytes"] <= act:
-            hint("the whole chain is one checkpoint, so only x is kept; but backward then recomputes every block "
-                 "at once and holds all their activations again, as high a peak as without checkpointing. "
-                 "Checkpoint each block separately", S_COUNTED)
+            hint(
+                "the whole chain is one checkpoint, so only x is kept; but backward then recomputes every block "
+                "at once and holds all their activations again, as high a peak as without checkpointing. "
+                "Checkpoint each block separately",
+                S_COUNTED,
+            )
         if saved["bytes"] > n_blocks * act:
-            hint(f"autograd kept more than the {n_blocks} block inputs: some block runs without checkpoint "
-                 "(checkpoint_sequential, for one, leaves its last segment unwrapped)", S_COUNTED)
-        expect(saved["bytes"] == n_blocks * act, f"autograd kept less than the {n_blocks} block inputs: a checkpoint "
-               "spans several blocks, whose activations backward then recomputes and holds together; checkpoint "
-               "each block separately", S_COUNTED)
+            hint(
+                f"autograd kept more than the {n_blocks} block inputs: some block runs without checkpoint "
+                "(checkpoint_sequential, for one, leaves its last segment unwrapped)",
+                S_COUNTED,
+            )
+        expect(
+            saved["bytes"] == n_blocks * act,
+            f"autograd kept less than the {n_blocks} block inputs: a checkpoint "
+            "spans several blocks, whose activations backward then recomputes and holds together; checkpoint "
+            "each block separately",
+            S_COUNTED,
+        )
 
 
 def _conv_bn_cases():
     g = torch.Generator().manual_seed(11)
     # the first case has a large eps, so that a forgotten eps shows; the second has no conv bias
-    for args, kwargs, eps in (((3, 8, 3), {"padding": 1}, 0.1), ((4, 6, 3), {"stride": 2, "bias": False}, 1e-5),
-                              ((5, 5, 1), {}, 1e-3), ((4, 6, 3), {"groups": 2, "dilation": 2, "padding": 2}, 1e-5)):
+    for args, kwargs, eps in (
+        ((3, 8, 3), {"padding": 1}, 0.1),
+        ((4, 6, 3), {"stride": 2, "bias": False}, 1e-5),
+        ((5, 5, 1), {}, 1e-3),
+        ((4, 6, 3), {"groups": 2, "dilation": 2, "padding": 2}, 1e-5),
+    ):
         conv, bn = nn.Conv2d(*args, **kwargs), nn.BatchNorm2d(args[1], eps=eps)
         with torch.no_grad():
             conv.weight.copy_(torch.randn(conv.weight.shape, generator=g) * 0.3)
@@ -199,17 +242,22 @@ def _weight_hints(fused, conv, bn):
         if _close(fw, w * (gamma / torch.sqrt(var)).view(-1, 1, 1, 1)):
             hint(f"eps is missing: BatchNorm divides by sqrt(running_var + eps) (this one has eps = {bn.eps})")
         if _close(fw, w * (gamma * torch.sqrt(var + bn.eps)).view(-1, 1, 1, 1)):
-            hint("the weights are multiplied by the standard deviation: BatchNorm divides by "
-                 "sqrt(running_var + eps)")
+            hint("the weights are multiplied by the standard deviation: BatchNorm divides by sqrt(running_var + eps)")
         if _close(fw, w / torch.sqrt(var + bn.eps).view(-1, 1, 1, 1)):
             hint("the weights lack BatchNorm's γ (bn.weight): scale = γ / sqrt(running_var + eps)")
         if w.shape[0] == w.shape[1] and _close(fw, w * scale.view(1, -1, 1, 1)):
-            hint("the scale is applied along the input channels: the weight has shape (out, in/groups, kh, kw), "
-                 "so view the per-output-channel scale as (-1, 1, 1, 1)")
-        hint("the fused weight should be the conv weight times γ/sqrt(running_var + eps), one factor per output "
-             "channel")
-    expect(fused.bias is not None, "the fused convolution needs a bias even when the original has none: "
-           "BatchNorm's shift (β − μ·scale) becomes it")
+            hint(
+                "the scale is applied along the input channels: the weight has shape (out, in/groups, kh, kw), "
+                "so view the per-output-channel scale as (-1, 1, 1, 1)"
+            )
+        hint(
+            "the fused weight should be the conv weight times γ/sqrt(running_var + eps), one factor per output channel"
+        )
+    expect(
+        fused.bias is not None,
+        "the fused convolution needs a bias even when the original has none: "
+        "BatchNorm's shift (β − μ·scale) becomes it",
+    )
     fb = fused.bias.detach()
     if not _close(fb, (b - mean) * scale + beta):
         if _close(fb, b * scale + beta):
@@ -238,31 +286,48 @@ def fuse(fn):
             hint("that is the library's fuse_conv_bn_eval: write the folding yourself (and compare with it after)")
         except (TypeError, AttributeError) as err:
             if conv.bias is None and "NoneType" in str(err):
-                hint("this convolution has no bias (bias=False, usual before BatchNorm), so `conv.bias` is None: "
-                     "treat the missing bias as zeros, and give the fused convolution a bias of its own "
-                     "(`nn.Parameter`)")
+                hint(
+                    "this convolution has no bias (bias=False, usual before BatchNorm), so `conv.bias` is None: "
+                    "treat the missing bias as zeros, and give the fused convolution a bias of its own "
+                    "(`nn.Parameter`)"
+                )
             raise
         except RuntimeError as err:
             if "must match the size of tensor" in str(err) and conv.groups > 1 and "dimension 1" in str(err):
-                hint(f"the weights do not fit: this convolution has groups={conv.groups}, so its weight has shape "
-                     f"{tuple(conv.weight.shape)}, (out, in/groups, kh, kw); a new nn.Conv2d needs the same groups "
-                     "(and dilation, stride, padding), or start from a copy of `conv`")
+                hint(
+                    f"the weights do not fit: this convolution has groups={conv.groups}, so its weight has shape "
+                    f"{tuple(conv.weight.shape)}, (out, in/groups, kh, kw); a new nn.Conv2d needs the same groups "
+                    "(and dilation, stride, padding), or start from a copy of `conv`"
+                )
             if "must match the size of tensor" in str(err):
-                hint("the per-channel scale does not broadcast against the weight: the weight has shape (out, "
-                     "in/groups, kh, kw), so view the scale of the out channels as (-1, 1, 1, 1)")
+                hint(
+                    "the per-channel scale does not broadcast against the weight: the weight has shape (out, "
+                    "in/groups, kh, kw), so view the scale of the out channels as (-1, 1, 1, 1)"
+                )
             raise
         after = (conv.state_dict(), bn.state_dict())
-        changed = [f"{kind}.{key}" for kind, old, new in (("conv", before[0], after[0]), ("bn", before[1], after[1]))
-                   for key in old if not torch.equal(old[key], new[key])]
-        expect(not changed, f"your function changed the original layers in place ({', '.join(changed)}): build new "
-               "tensors; the unfused model must keep working")
-        expect(isinstance(fused, nn.Conv2d), f"return one nn.Conv2d, not {type(fused).__name__}: the point is one "
-               "layer instead of two")
+        changed = [
+            f"{kind}.{key}"
+            for kind, old, new in (("conv", before[0], after[0]), ("bn", before[1], after[1]))
+            for key in old
+            if not torch.equal(old[key], new[key])
+        ]
+        expect(
+            not changed,
+            f"your function changed the original layers in place ({', '.join(changed)}): build new "
+            "tensors; the unfused model must keep working",
+        )
+        expect(
+            isinstance(fused, nn.Conv2d),
+            f"return one nn.Conv2d, not {type(fused).__name__}: the point is one layer instead of two",
+        )
         with torch.no_grad():
             out = fused(images)
         if out.shape != expected.shape:
-            hint(f"the fused convolution gives shape {tuple(out.shape)} instead of {tuple(expected.shape)}: copy "
-                 "kernel_size, stride, padding, dilation and groups from the original")
+            hint(
+                f"the fused convolution gives shape {tuple(out.shape)} instead of {tuple(expected.shape)}: copy "
+                "kernel_size, stride, padding, dilation and groups from the original"
+            )
         if torch.allclose(out, expected, atol=1e-5, rtol=1e-4):
             continue
         _weight_hints(fused, conv, bn)

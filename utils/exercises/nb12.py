@@ -25,22 +25,36 @@ S_CHECKPOINT = "06 · 5. A training checkpoint"
 
 IDENTICAL = [True, True, False, False]
 WHY = [
-    ("(a) is identical: the default generator is a torch.Generator like any other, and a fresh one seeded with "
-     "the same number produces the same stream", S_SEED),
-    ("(b) is identical: NumPy and Python's random have generators of their own; drawing from them does not move "
-     "torch's", S_SEED),
-    ("(c) differs: every `iter()` of a DataLoader draws one number from the loader's generator, or from the "
-     "global one when it has none, as the base seed of its worker processes, even with num_workers=0 and no "
-     "shuffling (`_BaseDataLoaderIter.__init__`); the later randn starts one draw further on", S_PROOF),
-    ("(d) differs: the loader's generator moves on as it shuffles, so every epoch gets a new order; it is the "
-     "sequence of orders that repeats when the loader is built again with the same seed", S_PROOF),
+    (
+        "(a) is identical: the default generator is a torch.Generator like any other, and a fresh one seeded with "
+        "the same number produces the same stream",
+        S_SEED,
+    ),
+    (
+        "(b) is identical: NumPy and Python's random have generators of their own; drawing from them does not move "
+        "torch's",
+        S_SEED,
+    ),
+    (
+        "(c) differs: every `iter()` of a DataLoader draws one number from the loader's generator, or from the "
+        "global one when it has none, as the base seed of its worker processes, even with num_workers=0 and no "
+        "shuffling (`_BaseDataLoaderIter.__init__`); the later randn starts one draw further on",
+        S_PROOF,
+    ),
+    (
+        "(d) differs: the loader's generator moves on as it shuffles, so every epoch gets a new order; it is the "
+        "sequence of orders that repeats when the loader is built again with the same seed",
+        S_PROOF,
+    ),
 ]
 
 
 @EXERCISES.exercise(1, "Identical or not? (predict)", S_PROOF)
 def identical(answer):
-    expect(isinstance(answer, (list, tuple)) and len(answer) == 4,
-           "give a list of four booleans, one per pair (a) to (d): True where the two results are identical")
+    expect(
+        isinstance(answer, (list, tuple)) and len(answer) == 4,
+        "give a list of four booleans, one per pair (a) to (d): True where the two results are identical",
+    )
     expect(all(isinstance(a, (bool, np.bool_)) for a in answer), "write each answer as True or False")
     wrong = [i for i, (a, b) in enumerate(zip(answer, IDENTICAL)) if bool(a) != b]
     if wrong:
@@ -66,16 +80,20 @@ def _seeded_loader(fn):
     loader = returns(fn, dataset, 4, 7)
     expect(isinstance(loader, DataLoader), f"return a DataLoader, not a {type(loader).__name__}")
     if not torch.equal(state, torch.get_rng_state()):
-        hint("building your loader reseeded or drew from the global generator (torch.manual_seed?): that restarts "
-             "every other random draw of the program (initialisation, Dropout) too; give the loader a generator "
-             "of its own instead")
+        hint(
+            "building your loader reseeded or drew from the global generator (torch.manual_seed?): that restarts "
+            "every other random draw of the program (initialisation, Dropout) too; give the loader a generator "
+            "of its own instead"
+        )
     state = torch.get_rng_state()
     try:
         batches = list(loader)
     except Exception as err:  # a loader built wrongly fails only when iterated, here in the check
         message = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-        hint(f"iterating over your DataLoader raised {type(err).__name__}: {message} (a `sampler=` yields one index at "
-             "a time; a `BatchSampler` goes in `batch_sampler=`)")
+        hint(
+            f"iterating over your DataLoader raised {type(err).__name__}: {message} (a `sampler=` yields one index at "
+            "a time; a `BatchSampler` goes in `batch_sampler=`)"
+        )
     one, two = _epoch(batches), _epoch(loader)
     iteration_draws = not torch.equal(state, torch.get_rng_state())
     expect(len(batches[0]) == 4, f"the batches should hold batch_size = 4 samples, not {len(batches[0])}")
@@ -86,17 +104,28 @@ def _seeded_loader(fn):
     torch.randn(5)  # the rest of the program draws something
     again = fn(dataset, 4, 7)
     if (_epoch(again), _epoch(again)) != (one, two):
-        hint("the same seed gave another order after the program drew a random number: the loader shuffles with "
-             "the global generator; pass generator=torch.Generator().manual_seed(seed)")
+        hint(
+            "the same seed gave another order after the program drew a random number: the loader shuffles with "
+            "the global generator; pass generator=torch.Generator().manual_seed(seed)"
+        )
     other = fn(dataset, 4, 8)
-    expect((_epoch(other), _epoch(other)) != (one, two), "seeds 7 and 8 give the same orders: the seed argument "
-           "is not used (a fresh torch.Generator() always starts from the same default seed)")
-    expect(one != two, "every epoch comes in the same order: shuffle anew each epoch (a shuffled DataLoader with a "
-           "seeded generator does; one permutation drawn in advance does not)")
+    expect(
+        (_epoch(other), _epoch(other)) != (one, two),
+        "seeds 7 and 8 give the same orders: the seed argument "
+        "is not used (a fresh torch.Generator() always starts from the same default seed)",
+    )
+    expect(
+        one != two,
+        "every epoch comes in the same order: shuffle anew each epoch (a shuffled DataLoader with a "
+        "seeded generator does; one permutation drawn in advance does not)",
+    )
     if iteration_draws:
-        hint("the shuffle repeats, but each epoch still draws from the global generator: the DataLoader itself has "
-             "no generator, so `iter()` takes the workers' base seed from the global one (a sampler's generator "
-             "is not used for that); pass generator= to the DataLoader", S_WORKERS)
+        hint(
+            "the shuffle repeats, but each epoch still draws from the global generator: the DataLoader itself has "
+            "no generator, so `iter()` takes the workers' base seed from the global one (a sampler's generator "
+            "is not used for that); pass generator= to the DataLoader",
+            S_WORKERS,
+        )
 
 
 def _draws():
@@ -119,8 +148,12 @@ def _seed_all(seed):
 @contextlib.contextmanager
 def _keep_global_generators():
     """Leave the learner's generators as they were before the check."""
-    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-             torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    saved = (
+        random.getstate(),
+        np.random.get_state(),
+        torch.get_rng_state(),
+        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    )
     try:
         yield
     finally:
@@ -136,7 +169,7 @@ HOW = {
     "NumPy": "np.random.get_state() / np.random.set_state()",
     "torch (CPU)": "torch.get_rng_state() / torch.set_rng_state()",
     "torch (CUDA)": "torch.cuda.get_rng_state_all() / torch.cuda.set_rng_state_all() (the CPU state does not "
-                    "include the GPUs')",
+    "include the GPUs')",
 }
 
 
@@ -155,11 +188,16 @@ def snapshot_restore(rng_snapshot, rng_restore):
             loaded = torch.load(buffer, weights_only=True)
         except pickle.UnpicklingError as err:
             refused = str(err).split("GLOBAL ")[-1].split()[0] if "GLOBAL " in str(err) else "an object"
-            advice = ("NumPy's state holds a NumPy array: store it as a tensor or a list of ints (with plain Python "
-                      "numbers), and convert back when restoring" if "numpy" in refused else
-                      "store plain data: tensors, numbers, strings, lists, tuples and dicts")
-            hint(f"`torch.load(weights_only=True)` refuses your snapshot: {refused} is not on its allow-list. "
-                 f"{advice}", S_WEIGHTS_ONLY)
+            advice = (
+                "NumPy's state holds a NumPy array: store it as a tensor or a list of ints (with plain Python "
+                "numbers), and convert back when restoring"
+                if "numpy" in refused
+                else "store plain data: tensors, numbers, strings, lists, tuples and dicts"
+            )
+            hint(
+                f"`torch.load(weights_only=True)` refuses your snapshot: {refused} is not on its allow-list. {advice}",
+                S_WEIGHTS_ONLY,
+            )
         for attempt in range(2):  # restoring twice from one snapshot gives the same draws twice
             _seed_all(99 + attempt)
             _draws()  # the restarted program has drawn something
@@ -169,6 +207,8 @@ def snapshot_restore(rng_snapshot, rng_restore):
                 if got[name] == expected[name]:
                     continue
                 if got[name] == start[name]:
-                    hint(f"{name} starts again from its seed: a seed marks the beginning of a stream, the state "
-                         f"marks where it is now; save and restore the state ({HOW[name]})")
+                    hint(
+                        f"{name} starts again from its seed: a seed marks the beginning of a stream, the state "
+                        f"marks where it is now; save and restore the state ({HOW[name]})"
+                    )
                 hint(f"{name} draws differ after restoring: save and restore its state ({HOW[name]})")

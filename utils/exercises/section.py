@@ -50,11 +50,14 @@ def exercise_cells(nb: nbformat.NotebookNode, name: str = "notebook") -> list[nb
     starts = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(HEADING)]
     if len(starts) != 1:
         raise ValueError(f"{name}: expected one '{HEADING}' heading, found {len(starts)}")
-    ends = [i for i, c in enumerate(nb.cells) if i > starts[0] and c.cell_type == "markdown"
-            and c.source.lstrip().lower().startswith("## summary")]
+    ends = [
+        i
+        for i, c in enumerate(nb.cells)
+        if i > starts[0] and c.cell_type == "markdown" and c.source.lstrip().lower().startswith("## summary")
+    ]
     if not ends:
         raise ValueError(f"{name}: no '## Summary' after '{HEADING}'")
-    return nb.cells[starts[0]:ends[0]]
+    return nb.cells[starts[0] : ends[0]]
 
 
 def stub_number(source: str) -> int | None:
@@ -112,10 +115,20 @@ def _run_in_subprocess(path: Path, timeout: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp, "log.jsonl")
         env = dict(os.environ, **{LOG_ENV_VAR: str(log), "MPLBACKEND": "Agg"})
-        code = ("import sys; from pathlib import Path; from utils.exercises.section import *; "
-                "run_sources(code_sources(exercise_cells(read_notebook(Path(sys.argv[1])), sys.argv[1])))")
-        subprocess.run([sys.executable, "-c", code, str(path)], cwd=NOTEBOOKS_DIR, env=env, timeout=timeout,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True, text=True)
+        code = (
+            "import sys; from pathlib import Path; from utils.exercises.section import *; "
+            "run_sources(code_sources(exercise_cells(read_notebook(Path(sys.argv[1])), sys.argv[1])))"
+        )
+        subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            cwd=NOTEBOOKS_DIR,
+            env=env,
+            timeout=timeout,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=True,
+            text=True,
+        )
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
