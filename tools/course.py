@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.txt"
 BROWSER_LOCK = ROOT / "requirements-browser.txt"
 """The lock with the ``browser`` extra (Playwright) added: the same pins plus its packages."""
+SUPPORTED_PYTHONS = ((3, 10), (3, 13))
+"""The oldest and newest Python the course runs on (pyproject.toml's requires-python; `make test-pythons`)."""
 JOBS = 2
 """Notebooks run side by side by ``make test`` and ``make execute``: one per core of the 2-core course machine."""
 OWN_PACKAGES = {"torch-course", "pip", "setuptools"}
@@ -233,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("lock", help="regenerate requirements.txt and requirements-browser.txt with uv")
     sub.add_parser("_differences").add_argument("lock", type=Path)
     args = parser.parse_args(argv)
+    if not SUPPORTED_PYTHONS[0] <= sys.version_info[:2] <= SUPPORTED_PYTHONS[1]:
+        low, high = (".".join(map(str, v)) for v in SUPPORTED_PYTHONS)
+        sys.exit(
+            f"The course needs Python {low} to {high}; this is {sys.version.split()[0]} ({sys.executable}). "
+            f"Run this script with one of those, e.g. python{high} tools/course.py {args.cmd}, or make PYTHON=python{high}."
+        )
     venv = args.venv.absolute()
     if args.cmd == "_differences":  # run by the venv's Python (see differences)
         print(json.dumps(compare(locked_versions(args.lock.read_text()), installed_versions())))

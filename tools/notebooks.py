@@ -53,8 +53,16 @@ NOTEBOOK_ENV: dict[str, str] = {
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     # progress bars are for people; under nbval they would be different every run
     "TQDM_DISABLE": "1",
-    # any DeprecationWarning or FutureWarning fails the cell that caused it
-    "PYTHONWARNINGS": "error::DeprecationWarning,error::FutureWarning",
+    # any DeprecationWarning or FutureWarning fails the cell that caused it. Ignored, as no lesson's:
+    # on Python 3.12+ the kernel's own start-up warns (tornado's IOLoop.current() calls
+    # asyncio.get_event_loop() before any loop is set), which would kill every kernel; on 3.13.0
+    # torch.compile warns that its guards run slower than on 3.13.1+.
+    "PYTHONWARNINGS": "error::DeprecationWarning,error::FutureWarning,"
+    "ignore:There is no current event loop:DeprecationWarning:tornado.ioloop,"
+    "ignore:Guards may run slower on Python 3.13.0:RuntimeWarning",
+    # Python 3.13+ colours tracebacks when FORCE_COLOR is set, and ipykernel sets it for the
+    # kernel's subprocesses: a child's error text, printed by a cell, would carry escape codes
+    "PYTHON_COLORS": "0",
     # jupyter_core warns (DeprecationWarning) unless it is told to use platformdirs
     "JUPYTER_PLATFORM_DIRS": "1",
 }

@@ -303,16 +303,16 @@ assert renamed_failed
 # "checkpoint" downloaded from the internet can run any code on `torch.load` with
 # `weights_only=False` (the default before PyTorch 2.6, and what the notes' `torch.load(PATH)` did).
 #
-# We build such a file, harmlessly: its payload would call `open(marker, "w")`, creating an empty
-# marker file in a temporary folder. We **do not** load it with `weights_only=False`; reading its
-# instructions with `pickletools` is proof enough of what that would do. `weights_only=True` switches
-# to PyTorch's own unpickler (`torch/_weights_only_unpickler.py`), which executes only a subset of the
-# pickle instructions: `GLOBAL` never imports anything, it only looks the name up in an allow-list
-# (允许列表: tensor and storage rebuild functions, dtypes, `torch.Size`, `torch.device`, `nn.Parameter`,
-# `OrderedDict`, `Counter`, `set`, plus what you add yourself; names from `os` and `sys` are refused
-# even then); `REDUCE` calls only allow-listed functions; `BUILD` only fills tensors, parameters,
+# We build such a file, harmlessly: its payload would call `io.FileIO(marker, "w")` (the raw file that
+# `open()` builds on), creating an empty marker file in a temporary folder. We **do not** load it with
+# `weights_only=False`; reading its instructions with `pickletools` is proof enough of what that would do.
+# `weights_only=True` switches to PyTorch's own unpickler (`torch/_weights_only_unpickler.py`), which
+# executes only a subset of the pickle instructions: `GLOBAL` never imports anything, it only looks the name
+# up in an allow-list (允许列表: tensor and storage rebuild functions, dtypes, `torch.Size`, `torch.device`,
+# `nn.Parameter`, `OrderedDict`, `Counter`, `set`, plus what you add yourself; names from `os` and `sys` are
+# refused even then); `REDUCE` calls only allow-listed functions; `BUILD` only fills tensors, parameters,
 # `OrderedDict`s and allow-listed classes; any other instruction is an error. Our file is refused at
-# `GLOBAL io open`, before anything is called, and the marker does not appear. We pass
+# `GLOBAL _io FileIO`, before anything is called, and the marker does not appear. We pass
 # `weights_only=True` although it is the default, because the environment variable
 # `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` turns the default off (with only a warning) but never overrides an
 # explicit argument; the end of the cell proves it with our own pickled model from section 3.
@@ -320,13 +320,14 @@ assert renamed_failed
 
 # %%
 class Booby:
-    """Unpickling this object would call open(marker, "w"): harmless, but it proves code ran."""
+    """Unpickling this object would call io.FileIO(marker, "w"): harmless, but it proves code ran."""
 
     def __init__(self, marker: str):
         self.marker = marker
 
     def __reduce__(self):
-        return (io.open, (self.marker, "w"))  # io.open is the built-in open()
+        # FileIO, not open: pickle names open by its module, io up to Python 3.11 and _io from 3.12
+        return (io.FileIO, (self.marker, "w"))
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -350,7 +351,7 @@ with tempfile.TemporaryDirectory() as tmp:
         print("   ", detail.strip().split(" Please")[0])
     print("marker file created:", os.path.exists(marker))
     assert refused and not os.path.exists(marker)
-    assert ("GLOBAL", "io open") in ops
+    assert ("GLOBAL", "_io FileIO") in ops
 
 with mock.patch.dict(os.environ, {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}):
     with pytest.warns(UserWarning, match="forcing weights_only=False"):
