@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         low, high = (".".join(map(str, v)) for v in SUPPORTED_PYTHONS)
         sys.exit(
             f"The course needs Python {low} to {high}; this is {sys.version.split()[0]} ({sys.executable}). "
-            f"Run this script with one of those, e.g. python{high} tools/course.py {args.cmd}, or make PYTHON=python{high}."
+            f"Run this script with one of those, e.g. python{high} tools/course.py {args.cmd}, "
+            f"or make PYTHON=python{high}."
         )
     venv = args.venv.absolute()
     if args.cmd == "_differences":  # run by the venv's Python (see differences)
