@@ -922,11 +922,11 @@ profiler.runcall(pipeline)
 stats = pstats.Stats(profiler)
 calls = {}
 for (_file, _line, name), (_cc, ncalls, *_times_and_callers) in sorted(stats.stats.items()):
-    if name in ("pipeline", "flip_per_sample", "flip_vectorised") or "'flip'" in name:
+    if name in ("flip_per_sample", "flip_vectorised") or "'flip'" in name:  # not pipeline: 3.13.0's cProfile once counted it twice
         key = "Tensor.flip" if "'flip'" in name else name
         calls[key] = ncalls
         print(f"{key:16} called {ncalls:6,} time(s)")
-assert calls == {"pipeline": 1, "flip_per_sample": 10, "flip_vectorised": 10, "Tensor.flip": 10 * len(batch) + 10}
+assert calls == {"flip_per_sample": 10, "flip_vectorised": 10, "Tensor.flip": 10 * len(batch) + 10}
 torch.testing.assert_close(flip_per_sample(batch), flip_vectorised(batch))
 
 # %% [markdown]
