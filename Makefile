@@ -97,7 +97,7 @@ check: venv
 	$(PY) -m tools.notebooks check
 
 clean:
-	rm -rf runs notebooks/runs .pytest_cache data/MNIST
+	rm -rf runs notebooks/runs .pytest_cache .ruff_cache data/MNIST *.egg-info
 	find . -path './.venv*' -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean

@@ -5,7 +5,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.course import ROOT, compare, drift_message, installed_versions, locked_versions, venv_lock
+from tools.course import (
+    ROOT,
+    compare,
+    drift_message,
+    installed_versions,
+    lock_digest,
+    locked_versions,
+    pip_indexes,
+    venv_lock,
+)
 
 WHERE_FROM = """
 import importlib.metadata, importlib.util, json
@@ -56,3 +65,35 @@ def test_this_venv_holds_exactly_its_lock():
     venv = Path(sys.prefix)
     wrong, extra = compare(locked_versions(venv_lock(venv).read_text()), installed_versions())
     assert not wrong and not extra, drift_message(venv, wrong, extra, venv_lock(venv))
+
+
+def test_pip_s_indexes_reach_uv_one_url_per_option(tmp_path, monkeypatch):
+    """pip.conf's usual multi-line extra-index-url, and a Windows path, as pip prints them (repr) and uv needs them."""
+    config = tmp_path / "pip.conf"
+    config.write_text(
+        "[global]\nextra-index-url =\n    https://a.example/simple\n    https://b.example/simple\n"
+        "index-url = C:\\mirror\\simple\n"
+    )
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(name, raising=False)
+    options = pip_indexes(Path(sys.executable))
+    assert "--extra-index-url=https://a.example/simple" in options
+    assert "--extra-index-url=https://b.example/simple" in options
+    assert "--index-url=C:\\mirror\\simple" in options, options
+    assert "--index-strategy=unsafe-best-match" in options
+
+
+def test_a_tool_setting_does_not_reinstall_the_venv(tmp_path, monkeypatch):
+    """The stamp covers the lock and the project's metadata, not [tool.*] tables (ruff, pytest)."""
+    import tools.course as course
+
+    (tmp_path / "requirements.txt").write_text("six==1.17.0\n")
+    pyproject = tmp_path / "pyproject.toml"
+    monkeypatch.setattr(course, "ROOT", tmp_path)
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.ruff]\nline-length = 120\n')
+    before = lock_digest(tmp_path / "requirements.txt")
+    pyproject.write_text('[project]\nname = "x"\n\n[tool.ruff]\nline-length = 100\n')
+    assert lock_digest(tmp_path / "requirements.txt") == before
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["six"]\n\n[tool.ruff]\nline-length = 100\n')
+    assert lock_digest(tmp_path / "requirements.txt") != before

@@ -6,7 +6,7 @@ A ``utils/`` module that fewer than two notebooks use says, in the same paragrap
 ``Lives in utils/ because ...``. A ``tools/`` module names what runs it instead; it names a notebook only when one
 imports it.
 
-A notebook imports a module when its jupytext source (``notebooks/NN_topic.py``, including the scripts its
+A notebook imports a module when its jupytext source (``notebooks/src/NN_topic.py``, including the scripts its
 ``%%writefile`` cells write) has ``import utils.X``, ``from utils.X import ...``, ``from utils import name`` where
 ``utils/__init__.py`` re-exports ``name`` from ``utils.X``, or ``Checker("NN")``, which imports
 ``utils.exercises.nbNN`` by name. Importing ``a.b.c`` imports the packages ``a`` and ``a.b`` too.

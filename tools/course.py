@@ -15,6 +15,7 @@ given pip's configured indexes, as uv does not read pip's configuration.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.txt"
 BROWSER_LOCK = ROOT / "requirements-browser.txt"
 """The lock with the ``browser`` extra (Playwright) added: the same pins plus its packages."""
+UV = "uv==0.13.9"
+"""The installer bootstrapped when uv is not on the PATH, pinned: the options used here are uv 0.13's."""
 SUPPORTED_PYTHONS = ((3, 10), (3, 13))
 """The oldest and newest Python the course runs on (pyproject.toml's requires-python; `make test-pythons`)."""
 JOBS = 2
@@ -47,8 +50,10 @@ def run(*cmd: object, **kwargs) -> None:
 
 
 def lock_digest(lock: Path) -> str:
-    """What the stamp records: the lock installed and the project metadata installed with it."""
-    return f"{lock.name} " + hashlib.sha256(lock.read_bytes() + (ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    """What the stamp records: the lock installed and the project metadata installed with it (pyproject.toml up
+    to its first ``[tool.`` table, so that a ruff or pytest setting does not reinstall the venv)."""
+    project = (ROOT / "pyproject.toml").read_bytes().split(b"\n[tool.")[0]
+    return f"{lock.name} " + hashlib.sha256(lock.read_bytes() + project).hexdigest()
 
 
 def uv_command(venv: Path) -> list[str] | None:
@@ -56,14 +61,19 @@ def uv_command(venv: Path) -> list[str] | None:
     if found := shutil.which("uv"):
         return [found]
     tool_dir = venv / ".uv"
-    uv = tool_dir / ("Scripts/uv.exe" if os.name == "nt" else "bin/uv")
-    if not uv.exists():
+
+    def bootstrapped() -> Path | None:  # pip --target puts scripts in bin/, on Windows too (its posix_home scheme)
+        names = ("bin/uv.exe", "Scripts/uv.exe") if os.name == "nt" else ("bin/uv",)
+        return next((tool_dir / name for name in names if (tool_dir / name).is_file()), None)
+
+    if not bootstrapped():
         print("installing uv (a fast installer) into", tool_dir, flush=True)
-        pip = [venv_python(venv), "-m", "pip", "install", "-q", "--target", tool_dir, "uv"]
-        if subprocess.run([str(c) for c in pip]).returncode:
-            print("uv could not be installed: installing with pip instead (slower)", flush=True)
-            return None
-    return [str(uv)]
+        pip = [venv_python(venv), "-m", "pip", "install", "-q", "--target", tool_dir, UV]
+        subprocess.run([str(c) for c in pip])
+    if uv := bootstrapped():
+        return [str(uv)]
+    print("uv could not be installed: installing with pip instead (slower)", flush=True)
+    return None
 
 
 def pip_indexes(py: Path) -> list[str]:
@@ -76,7 +86,7 @@ def pip_indexes(py: Path) -> list[str]:
         scope, _, name = key.rpartition(".")
         rank = scope_rank.get(scope, 0)
         if name in ("index-url", "extra-index-url", "find-links") and rank >= settings.get(name, (-1, ""))[0]:
-            settings[name] = (rank, value.strip("'\""))
+            settings[name] = (rank, ast.literal_eval(value))  # pip prints repr(): newlines, escaped backslashes
     options = [f"--{name}={url}" for name, (_, urls) in settings.items() for url in urls.split()]
     if "extra-index-url" in settings:
         options.append("--index-strategy=unsafe-best-match")
@@ -103,14 +113,26 @@ def install(venv: Path, lock: Path) -> None:
         old_pth.unlink()
 
 
+def venv_is_usable(py: Path) -> bool:
+    """The venv's Python starts, is this script's version (``make PYTHON=...`` may have changed it) and has pip."""
+    check = f"import sys, pip; sys.exit(sys.version_info[:2] != {tuple(sys.version_info[:2])})"
+    return py.exists() and subprocess.run([str(py), "-c", check], capture_output=True).returncode == 0
+
+
 def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
     """Create the venv if it is missing or broken; install the lock when it changed (or, with ``exact``,
     when the venv drifted from it). The browser lock satisfies the plain one: it adds packages only."""
     py = venv_python(venv)
-    if not (py.exists() and subprocess.run([str(py), "-c", ""], capture_output=True).returncode == 0):
+    if not venv_is_usable(py):
         shutil.rmtree(venv, ignore_errors=True)
         print(f"creating {venv.name} with Python {sys.version.split()[0]}", flush=True)
-        run(sys.executable, "-m", "venv", venv)
+        if subprocess.run([sys.executable, "-m", "venv", str(venv)]).returncode or not venv_is_usable(py):
+            shutil.rmtree(venv, ignore_errors=True)
+            v = "{}.{}".format(*sys.version_info[:2])
+            sys.exit(
+                f"{sys.executable} could not create a venv with pip in {venv}. On Debian or Ubuntu install "
+                f"the package python{v}-venv (sudo apt install python{v}-venv), then run this again."
+            )
     stamp = venv / ".installed"
     lock = BROWSER_LOCK if browser else LOCK
     accepted = {lock_digest(lock)} if browser else {lock_digest(LOCK), lock_digest(BROWSER_LOCK)}
@@ -197,7 +219,7 @@ def lint(py: Path) -> int:
     pyproject.toml); else 0. It runs before the tests because it takes a second and the tests minutes."""
     checks = [["check", "--quiet"], ["format", "--check", "--quiet"]]
     if failed := [c[0] for c in checks if subprocess.run([str(py), "-m", "ruff", *c], cwd=ROOT).returncode]:
-        fix = "`ruff format` (the venv's: .venv/bin/ruff format) reformats; `ruff check --fix` fixes what it can"
+        fix = f"`{py} -m ruff format` reformats; `{py} -m ruff check --fix` fixes what it can"
         print(f"ruff {' and '.join(failed)} found the problems above. {fix}.", file=sys.stderr)
         return 1
     return 0

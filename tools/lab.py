@@ -7,7 +7,7 @@ course's JupyterLab defaults (:data:`LAB_DEFAULTS`) go into the venv's ``overrid
 settings still win.
 
 The start page, ``notebooks/00_start_here.md``, is made from the README's syllabus table, so the two cannot
-drift (``tests/test_lab.py`` checks it; ``make execute`` rewrites it with the README's run times).
+drift (``tests/test_start_page.py`` checks it; ``make execute`` rewrites it with the README's run times).
 
 Command line::
 
@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from jupytext.config import parse_jupytext_configuration_file
@@ -116,10 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         write_start_page()
         return 0
     write_lab_settings()
-    os.environ["JUPYTER_PLATFORM_DIRS"] = "1"  # jupyter_core's paths warn without it
-    from jupyterlab.labapp import (
-        LabApp,
-    )  # here: only starting JupyterLab needs it (tools.notebooks imports this module)
+    # jupyter_core warns that its folders will move unless JUPYTER_PLATFORM_DIRS=1, but setting that variable
+    # here would stop JupyterLab from reading a learner's own settings in ~/.jupyter: the warning is hidden instead.
+    warnings.filterwarnings("ignore", message="Jupyter is migrating its paths", category=DeprecationWarning)
+    # imported here: only starting JupyterLab needs it (tools.notebooks imports this module)
+    from jupyterlab.labapp import LabApp
 
     LabApp.launch_instance(argv=[*lab_options(args.folder.resolve()), *jupyter_options])
     return 0

@@ -18,7 +18,7 @@
 #
 # **Before this notebook.** Notebooks 01–03: tensors, autograd, `nn.Module`, optimizers, and hooks.
 #
-# **Study time:** about 95 min. **Run time:** 45 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 95 min. **Run time:** 40 s on the 2-core course machine (one thread, measured by
 # `make execute`), of which about a third is training the course model (one epoch on one thread; more when other
 # programs share the cores).
 #

@@ -922,7 +922,8 @@ profiler.runcall(pipeline)
 stats = pstats.Stats(profiler)
 calls = {}
 for (_file, _line, name), (_cc, ncalls, *_times_and_callers) in sorted(stats.stats.items()):
-    if name in ("flip_per_sample", "flip_vectorised") or "'flip'" in name:  # not pipeline: 3.13.0's cProfile once counted it twice
+    # not `pipeline` itself: under nbval, Python 3.13.0's cProfile counted its one call twice
+    if name in ("flip_per_sample", "flip_vectorised") or "'flip'" in name:
         key = "Tensor.flip" if "'flip'" in name else name
         calls[key] = ncalls
         print(f"{key:16} called {ncalls:6,} time(s)")
