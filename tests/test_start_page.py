@@ -14,7 +14,8 @@ LESSONS = sorted(p.name for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 
 def test_the_start_page_is_the_readme_syllabus():
     assert START_PAGE.read_text(encoding="utf-8") == start_page(README.read_text(encoding="utf-8")), (
-        f"{START_PAGE.name} is not made from README.md's syllabus: run `.venv/bin/python -m tools.lab --write-start-page`"
+        f"{START_PAGE.name} is not made from README.md's syllabus: "
+        "run `.venv/bin/python -m tools.lab --write-start-page`"
     )
 
 
