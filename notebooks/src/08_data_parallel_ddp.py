@@ -23,7 +23,7 @@
 # processes on the CPU.
 #
 # **Study time:** about 95 min (20 of them for the exercises).
-# **Run time:** 65 s on the 2-core course machine (measured by `make execute`).
+# **Run time:** 60 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
@@ -567,7 +567,7 @@ def buffers_demo(device, rank):
         ddp = DDP(net, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=sync)
         constructed = gather(net[1].running_mean)  # ... and after it? (the constructor's broadcast)
         entering = []  # running_mean as BatchNorm starts its forward, per step
-        net[1].register_forward_pre_hook(lambda m, args, entering=entering: entering.append(m.running_mean.clone()))
+        net[1].register_forward_pre_hook(lambda m, args: entering.append(m.running_mean.clone()))
         for _step in range(2):
             x = torch.randn(8, 4, device=device) + 10 * rank  # each rank sees different data
             ddp(x).sum().backward()
