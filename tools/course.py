@@ -19,6 +19,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -168,7 +169,8 @@ def locked_versions(lock_text: str) -> dict[str, str]:
 
 
 def canonical(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+    """A distribution name as PEP 503 normalises it: runs of -, _ and . become one -, lower case."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def installed_versions() -> dict[str, str]:
