@@ -14,7 +14,7 @@ JOBS ?=
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS))
 NB ?=
 
-.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-browser progress execute check clean distclean
+.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-browser site progress execute check clean distclean
 help:
 	@echo "make lab       create/refresh .venv and open JupyterLab on the lessons' start page"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
@@ -23,7 +23,8 @@ help:
 	@echo "make test-portable  re-run every notebook under other numeric configurations (outputs compared)"
 	@echo "make test-lax  asserts only, on the best device (ARM laptops, CUDA, MPS); test-gpu is the same"
 	@echo "make test-learner  run every notebook as a learner does: all cores, warnings shown, no comparison"
-	@echo "make test-browser  JupyterLab's first start and an exercise, in headless Chromium (installs it if missing)"
+	@echo "make site      build the course's website into build/site/ (offline, from the stored outputs)"
+	@echo "make test-browser  make site, then JupyterLab, an exercise and the website in headless Chromium (installs it if missing)"
 	@echo "make progress  which exercises pass, per notebook (NB=01 for one notebook)"
 	@echo "make lock      regenerate requirements.txt (the exact lock) from pyproject.toml, with uv"
 	@echo "make clean     remove generated files (runs, caches); distclean also removes .venv"
@@ -73,9 +74,13 @@ test-learner: venv
 
 # Debian's Chromium and CJK fonts (the notebooks print Chinese terms), installed when missing; elsewhere
 # set TORCH_COURSE_CHROMIUM to a Chromium or Chrome binary. Playwright: the lock with the browser extra.
-BROWSER_DEBS := chromium chromium-driver fonts-noto-cjk
-test-browser:
+# The website: pages staged in build/site-src/, then `mkdocs build --strict` (mkdocs.yml) into build/site/.
+site:
 	$(COURSE) venv --browser
+	$(PY) -m tools.site
+
+BROWSER_DEBS := chromium chromium-driver fonts-noto-cjk
+test-browser: site
 	@if [ -z "$$TORCH_COURSE_CHROMIUM" ]; then \
 	  missing=$$(for p in $(BROWSER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then \
@@ -97,7 +102,7 @@ check: venv
 	$(PY) -m tools.notebooks check
 
 clean:
-	rm -rf runs notebooks/runs .pytest_cache .ruff_cache data/MNIST *.egg-info
+	rm -rf runs notebooks/runs build .pytest_cache .ruff_cache data/MNIST *.egg-info
 	find . -path './.venv*' -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.txt"
 BROWSER_LOCK = ROOT / "requirements-browser.txt"
-"""The lock with the ``browser`` extra (Playwright) added: the same pins plus its packages."""
+"""The lock with the ``browser`` (Playwright) and ``site`` (MkDocs) extras added: the same pins plus theirs."""
 UV = "uv==0.13.9"
 """The installer bootstrapped when uv is not on the PATH, pinned: the options used here are uv 0.13's."""
 SUPPORTED_PYTHONS = ((3, 10), (3, 13))
@@ -241,7 +241,8 @@ def lock(venv: Path) -> int:
         "-q",
     ]
     run(uv, "pip", "compile", *common, "pyproject.toml", "-o", LOCK, cwd=ROOT)
-    run(uv, "pip", "compile", *common, "pyproject.toml", "--extra=browser", "-c", LOCK, "-o", BROWSER_LOCK, cwd=ROOT)
+    extras = ["--extra=browser", "--extra=site"]
+    run(uv, "pip", "compile", *common, "pyproject.toml", *extras, "-c", LOCK, "-o", BROWSER_LOCK, cwd=ROOT)
     return 0
 
 
@@ -250,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv", help="the course's venv (default .venv)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("venv", help="create .venv or bring it back to the lock").add_argument(
-        "--browser", action="store_true", help="with Playwright (requirements-browser.txt), for test-browser"
+        "--browser",
+        action="store_true",
+        help="with Playwright and MkDocs (requirements-browser.txt): site, test-browser",
     )
     sub.add_parser("lab", help="open JupyterLab on notebooks/")
     test = sub.add_parser("test", help="check the venv against the lock, run the tests and every notebook")

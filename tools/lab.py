@@ -78,11 +78,18 @@ def lab_options(folder: Path = NOTEBOOKS_DIR) -> list[str]:
     ]
 
 
-def start_page(readme: str) -> str:
-    """The start page's Markdown, made from the syllabus table of ``readme``."""
+def syllabus(readme: str) -> list[dict[str, str]]:
+    """The lessons of the README's syllabus table, in order: number, title, file, teaches, study, run.
+    The start page and the website's landing page (tools/site.py) are both made from it."""
     rows = [m.groupdict() for m in SYLLABUS_ROW.finditer(readme)]
     if not rows:
         raise ValueError("README.md: no syllabus row like '| 01 | [title](notebooks/01_x.ipynb) | ... | N min | N s |'")
+    return rows
+
+
+def start_page(readme: str) -> str:
+    """The start page's Markdown, made from the syllabus table of ``readme``."""
+    rows = syllabus(readme)
     table = "\n".join(
         f"| {r['number']} | [{r['title']}]({r['file']}) | {r['teaches'].strip()} | {r['study']} | {r['run']} |"
         for r in rows

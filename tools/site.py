@@ -1,0 +1,288 @@
+"""``make site``: the course as a static website, built offline from the notebooks' stored outputs.
+
+Nothing is executed: the pages show exactly the outputs and figures that ``make test`` checks. The build
+stages the pages in ``build/site-src/`` and runs MkDocs (``mkdocs.yml``: the Material theme, notebooks
+rendered by mkdocs-jupyter) in strict mode, so a warning fails it; the site lands in ``build/site/``.
+Everything the pages need ships inside that folder: the theme, its search (lunr, run in the browser), and
+MathJax 2 for the formulas, copied from the ``jupyter-server-mathjax`` package. Fonts are the reader's own.
+
+The staged pages:
+
+- ``index.md``, the landing page: the syllabus, made from the README's table (:func:`tools.lab.syllabus`);
+- one page per lesson, from a copy of its ``.ipynb`` with a download link at the top and an anchor on each
+  key term's first use; the untouched ``.ipynb`` is published in ``downloads/``;
+- ``glossary.md``, every key term with its Chinese term, collected from the lessons (:func:`key_terms`),
+  each linking to where it is taught;
+- ``run_locally.md``, the README's sections on running the course.
+
+The exercises are published as the learner meets them, without solutions: those live in ``solutions/``,
+which the build never reads. Used by no notebook; ``tests/test_site.py`` and ``tests/browser/test_site.py``
+check it.
+
+Command line::
+
+    python -m tools.site                # make site: stage, then mkdocs build --strict into build/site/
+    python -m tools.site --terms [FILE ...]  # print the glossary collected from lessons (.ipynb or src/.py)
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+from tools.lab import README, syllabus
+from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
+
+CONFIG = REPO_ROOT / "mkdocs.yml"
+STAGE = REPO_ROOT / "build" / "site-src"
+SITE = REPO_ROOT / "build" / "site"
+CSS = Path(__file__).with_name("site.css")
+MATHJAX_CONFIG = """\
+// The course's MathJax settings (tools/site.py): jupyter-server-mathjax ships the STIX-Web fonts only.
+MathJax.Hub.Config({
+  "HTML-CSS": {availableFonts: [], preferredFont: null, imageFont: null, webFont: "STIX-Web"},
+  SVG: {font: "STIX-Web"},
+});
+MathJax.Ajax.loadComplete("[MathJax]/config/local/course.js");
+"""
+"""Loaded by the lesson pages after MathJax's own configuration (``custom_mathjax_url`` in ``mkdocs.yml``)."""
+
+HAN = r"[\u3400-\u9fff]"
+KEY_TERM = re.compile(
+    # **leaf tensor** (叶子节点) — also with a remark after the Chinese: **exponent** (指数; how big: the range)
+    rf"\*\*(?P<en1>[^*\n]+?)\*\*\s*\((?P<zh1>{HAN}[^)\n]*)\)"
+    # **leaf tensor (叶子节点)**
+    rf"|\*\*(?P<en2>[^*\n(]+?)\s*\((?P<zh2>{HAN}[^)\n]*)\)\*\*"
+)
+"""A key term at its first use, as the course writes it: the English in bold, the Chinese in parentheses."""
+
+
+LESSON_LINK = re.compile(r"\]\((\d\d_\w+)\.ipynb(#[^)\s]*)?\)")
+"""A lesson's link to another lesson, ``[notebook 04](04_mnist_cnn.ipynb)``: on the site it leads to that page
+(nbconvert renders the lessons' Markdown, and leaves links as they are)."""
+
+
+@dataclass
+class Term:
+    en: str
+    zh: str
+    lesson: str  # the notebook's file name, 07_mixed_precision.ipynb
+    anchor: str  # the id given to its first use on that lesson's page
+
+
+def chinese(remark: str) -> str:
+    """The Chinese term of a parenthesis, without a remark after it: 指数; how big → 指数."""
+    return re.split(r"[;,:；，：]", remark, maxsplit=1)[0].strip()
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "term"
+
+
+def lessons() -> list[Path]:
+    return sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+def key_terms(notebooks: list[Path]) -> dict[str, list[Term]]:
+    """{Chinese term: its uses, first per lesson, in course order}. The first is where it is taught."""
+    terms: dict[str, list[Term]] = {}
+    used: set[str] = set()
+    for path in notebooks:
+        # a lesson's .ipynb, or its jupytext source (``python -m tools.site --terms notebooks/src/*.py``)
+        nb = jupytext.read(path) if path.suffix == ".py" else nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "markdown":
+                continue
+            for m in KEY_TERM.finditer(cell.source):
+                en = (m["en1"] or m["en2"]).strip()
+                zh = chinese(m["zh1"] or m["zh2"])
+                uses = terms.setdefault(zh, [])
+                if any(t.lesson == path.with_suffix(".ipynb").name for t in uses):
+                    continue
+                anchor = base = "term-" + slug(en.strip("`"))
+                n = 1
+                while anchor in used:
+                    n += 1
+                    anchor = f"{base}-{n}"
+                used.add(anchor)
+                uses.append(Term(en, zh, path.with_suffix(".ipynb").name, anchor))
+    return terms
+
+
+def stage_lesson(path: Path, terms: dict[str, list[Term]], placed: set[str], dest: Path) -> None:
+    """The lesson's page (its notebook with a download link and the key terms' anchors) and its download."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = LESSON_LINK.sub(r"](\1.html\2)", _anchored(cell.source, path.name, terms, placed))
+    link = nbformat.v4.new_markdown_cell(
+        f'<p class="download">Download this lesson: <a href="downloads/{path.name}" download>{path.name}</a>'
+        ' · <a href="run_locally.html">run it yourself</a></p>'
+    )
+    # after the title, so that the page's title stays the notebook's first heading
+    title, _, rest = nb.cells[0].source.partition("\n")
+    nb.cells[0].source = title
+    nb.cells[1:1] = [link, nbformat.v4.new_markdown_cell(rest.strip())]
+    nbformat.write(nb, dest / path.name)
+    shutil.copy2(path, dest / "downloads" / path.name)
+
+
+def _anchored(source: str, lesson: str, terms: dict[str, list[Term]], placed: set[str]) -> str:
+    def mark(m: re.Match) -> str:
+        zh = chinese(m["zh1"] or m["zh2"])
+        for t in terms.get(zh, []):
+            if t.lesson == lesson and t.anchor not in placed:
+                placed.add(t.anchor)
+                return f'<a id="{t.anchor}" class="key-term"></a>{m[0]}'
+        return m[0]
+
+    return KEY_TERM.sub(mark, source)
+
+
+def glossary_page(terms: dict[str, list[Term]]) -> str:
+    def link(t: Term) -> str:
+        return f"[{t.lesson[:2]}]({t.lesson}#{t.anchor})"
+
+    rows = [
+        f"| {uses[0].en} | {html.escape(zh)} | {link(uses[0])} | {', '.join(link(t) for t in uses[1:])} |"
+        for zh, uses in sorted(terms.items(), key=lambda kv: kv[1][0].en.strip("`*").lower())
+    ]
+    return "\n".join(
+        [
+            "# Glossary (术语表)",
+            "",
+            f"The {len(terms)} key terms of the course, each with its Chinese term, in alphabetical order. The lesson",
+            "number links to where the term is first taught; *also in* lists the later lessons that take it up again.",
+            "The build collects them from the lessons, where each key term is written in bold at its first use,",
+            "with its Chinese term beside it.",
+            "",
+            "| term | 中文 | taught in | also in |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+def index_page(readme: str) -> str:
+    rows = syllabus(readme)
+    table = "\n".join(
+        f"| {r['number']} | [{r['title']}]({r['file']}) | {r['teaches'].strip()} | {r['study']} | {r['run']} |"
+        for r in rows
+    )
+    return f"""# torch-course
+
+An executable PyTorch course: {len(rows)} Jupyter notebooks that teach PyTorch 2.14 from tensors to multi-process
+training, in order: each lesson builds on the ones before it. Every output and figure on these pages is the one
+stored in the notebook and re-checked by the course's tests. The prose is English, with the Chinese term beside
+each key term at its first use; the [glossary (术语表)](glossary.md) lists them all.
+
+Each lesson ends with exercises that check themselves when you run them: [run the course yourself](run_locally.md)
+(two commands), or download a lesson's notebook from the top of its page.
+
+| # | lesson | what it teaches | study time | run time |
+|---|---|---|---|---|
+{table}
+
+The study time is the time to read, run and think through a lesson once and do its exercises; the run time is
+how long all its cells take on a 2-core CPU.
+"""
+
+
+README_SECTIONS = ("## Two commands", "## Exercises (练习)")
+"""The README sections that make the page on running the course yourself."""
+
+
+def run_locally_page(readme: str) -> str:
+    parts = ["# Run the course yourself", ""]
+    for heading in README_SECTIONS:
+        start = readme.index(heading)
+        end = readme.find("\n## ", start + 1)
+        section = readme[start : end if end >= 0 else None]
+        section = section.split("**Why a small checker", 1)[0]  # the design note is for the course's authors
+        parts.append(_site_links(section).rstrip() + "\n")
+    return "\n".join(parts)
+
+
+def _site_links(markdown: str) -> str:
+    """The README's links as the site has them: a lesson's to its page, other repository files as plain names."""
+
+    def fix(m: re.Match) -> str:
+        text, target = m[1], m[2]
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            return m[0]
+        if lesson := re.fullmatch(r"notebooks/(\d\d_\w+\.ipynb)", target):
+            return f"[{text}]({lesson[1]})"
+        return text if text.startswith("`") else f"`{target}`" if text == target else text
+
+    return re.sub(r"\[([^]]+)\]\(([^)\s]+)\)", fix, markdown)
+
+
+def copy_mathjax(dest: Path) -> None:
+    import jupyter_server_mathjax
+
+    static = Path(jupyter_server_mathjax.__file__).parent / "static"
+    shutil.copytree(static, dest, ignore=shutil.ignore_patterns("*.md"))
+    (dest / "config" / "local").mkdir(parents=True, exist_ok=True)
+    (dest / "config" / "local" / "course.js").write_text(MATHJAX_CONFIG, encoding="utf-8")
+
+
+def stage(dest: Path = STAGE, mathjax: bool = True) -> dict[str, list[Term]]:
+    """Write the site's pages into ``dest`` (emptied first); return the key terms. ``mathjax=False`` leaves
+    MathJax out (it comes with the site's extra packages; the unit tests stage without them)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "downloads").mkdir(parents=True)
+    notebooks = lessons()
+    terms = key_terms(notebooks)
+    placed: set[str] = set()
+    for path in notebooks:
+        stage_lesson(path, terms, placed, dest)
+    readme = README.read_text(encoding="utf-8")
+    (dest / "index.md").write_text(index_page(readme), encoding="utf-8")
+    (dest / "glossary.md").write_text(glossary_page(terms), encoding="utf-8")
+    (dest / "run_locally.md").write_text(run_locally_page(readme), encoding="utf-8")
+    (dest / "assets").mkdir()
+    shutil.copy2(CSS, dest / "assets" / CSS.name)
+    if mathjax:
+        copy_mathjax(dest / "assets" / "mathjax")
+    return terms
+
+
+def build() -> int:
+    start = time.perf_counter()
+    terms = stage()
+    mkdocs = [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "--config-file", str(CONFIG)]
+    # Material for MkDocs prints a banner on every build: it reaches end of life on 5 May 2027 (README, "The website")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    if rc := subprocess.run(mkdocs, cwd=REPO_ROOT, env=env).returncode:
+        print(f"make site: mkdocs failed (exit {rc}); the pages it was given are in {STAGE.relative_to(REPO_ROOT)}/")
+        return rc
+    pages = sorted(SITE.glob("*.html"))
+    print(
+        f"make site: {len(pages)} pages ({len(lessons())} lessons, {len(terms)} glossary terms) in "
+        f"{SITE.relative_to(REPO_ROOT)}/ in {time.perf_counter() - start:.0f} s. Open {SITE.relative_to(REPO_ROOT)}"
+        "/index.html, or serve it: python -m http.server -d build/site"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--terms"]:  # the glossary's rows only, from the given notebooks or sources
+        print(glossary_page(key_terms([Path(a) for a in argv[1:]] or lessons())))
+        return 0
+    return build()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
