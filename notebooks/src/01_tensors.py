@@ -1,9 +1,9 @@
 # %% [markdown]
 # # 01 · Tensors (张量)
 #
-# A tensor is PyTorch's n-dimensional array: the numbers a model reads, computes with and learns. This notebook
-# first teaches the everyday operations a NumPy user looks for, then the places where tensors behave differently
-# from what one expects.
+# A **tensor** (张量) is PyTorch's n-dimensional array: the numbers a model reads, computes with and learns. This notebook
+# first teaches the everyday operations a NumPy user looks for, then the places where tensors behave differently from
+# what one expects.
 #
 # **You will learn to:**
 # - create tensors from data or by shape (`zeros`, `arange`, `rand`, `*_like`, ...) with the `dtype` and
@@ -80,10 +80,10 @@ assert torch.ones_like(half).dtype == torch.float16 and torch.ones_like(half).de
 # %% [markdown]
 # ## 2. Data types (数据类型)
 #
-# Every tensor has one `dtype`. They map almost one-to-one onto NumPy's dtypes (there is no string tensor).
-# Neural networks compute in `float32` by default; `int64` ("long") is the type of class labels and indices;
-# `bool` is the type of masks. `float16` and `bfloat16` are the half-precision types of mixed-precision training
-# (notebook 07).
+# Every tensor has one **data type** (数据类型), its `dtype`. They map almost one-to-one onto NumPy's dtypes (there is no
+# string tensor). Neural networks compute in `float32` by default; `int64` ("long") is the type of class labels and
+# indices; `bool` is the type of masks. `float16` and `bfloat16` are the half-precision types of mixed-precision
+# training (notebook 07).
 
 # %%
 pairs = [
@@ -169,8 +169,8 @@ for name, t in examples.items():
 # %% [markdown]
 # ### Reductions, joining and reordering dimensions
 #
-# A **reduction (归约)** (`sum`, `mean`, `max`, `argmax`, ...) over `dim=d` removes dimension `d`; `keepdim=True`
-# keeps it with size 1, so that the result still broadcasts (广播, section 7) against the input, e.g. to subtract
+# A **reduction (归约)** (`sum`, `mean`, `max`, `argmax`, ...) over `dim=d` removes dimension `d`; `keepdim=True` keeps it
+# with size 1, so that the result still combines with the input by **broadcasting** (广播, section 7), e.g. to subtract
 # each row's mean. `cat` joins tensors along an existing dimension, `stack` along a new one. `unsqueeze(d)` adds a
 # dimension of size 1, `squeeze(d)` removes one, `permute` reorders all of them.
 
@@ -208,9 +208,9 @@ assert torch.stack([m, m]).shape == (2, 2, 3) and torch.cat([m, m], dim=1).shape
 # %% [markdown]
 # ### Indexing (索引) and boolean masks (布尔掩码)
 #
-# Indexing works as in NumPy: an integer or a slice `start:stop:step` per dimension, `...` for all the remaining
-# dimensions, `None` to insert a dimension of size 1. A list (or tensor) of indices picks arbitrary rows, and a
-# **boolean mask** (a `bool` tensor of the same shape, usually the result of a comparison) picks the elements
+# Tensor **indexing** (索引) works as in NumPy: an integer or a slice `start:stop:step` per dimension, `...` for all the
+# remaining dimensions, `None` to insert a dimension of size 1. A list (or tensor) of indices picks arbitrary rows, and
+# a **boolean mask** (布尔掩码: a `bool` tensor of the same shape, usually the result of a comparison) picks the elements
 # where it is `True`, always as a 1-D tensor. `torch.where(mask, a, b)` chooses element-wise instead.
 
 # %%
@@ -232,11 +232,12 @@ print("torch.where(x > 8, x, -1) =", torch.where(x > 8, x, -1).tolist())
 assert x[1, -1] == 7 and x[::2, 1:3].tolist() == [[1, 2], [9, 10]] and x[x % 5 == 0].tolist() == [0, 5, 10]
 
 # %% [markdown]
-# **Views and copies.** *Basic indexing (基本索引)* (integers, slices, `None`, `...`) returns a **view (视图)**: a
-# new tensor on the *same memory* as the original, so writing into it writes into the original (section 4 shows
-# how a view describes its elements without copying them). *Advanced indexing (高级索引)* (a list or tensor of
-# indices, or a mask) picks arbitrary elements and returns a **copy (副本)**. Assigning *through* advanced indexing,
-# `x[mask] = 0`, does write into `x`: that is an in-place `index_put_`, not a read followed by a write.
+# **Views and copies.** An index made only of integers, slices, `None` and `...` is **basic indexing** (基本索引) and
+# returns a **view (视图)**: a new tensor on the *same memory* as the original, so writing into it writes into the
+# original (section 4 shows how a view describes its elements without copying them). An index with a list or tensor
+# of indices, or a mask, is **advanced indexing** (高级索引): it picks arbitrary elements and returns a **copy (副本)**.
+# Assigning *through* advanced indexing, `x[mask] = 0`, does write into `x`: that is an in-place `index_put_`, not a
+# read followed by a write.
 
 # %%
 x = torch.arange(12.0).view(3, 4)
@@ -287,11 +288,11 @@ assert torch.equal(x[[0, 2], None], x[[0, 2]].unsqueeze(1)) and x[[0, 2]].view(-
 # %% [markdown]
 # ## 4. Memory layout: storage, strides, views (存储、步长与视图)
 #
-# A tensor is a flat block of memory, its **storage (存储)**, plus an offset (偏移量), a shape and **strides (步长)**: how many
-# elements to skip in the storage to move one step along each dimension. Element `[i, j]` of a matrix lives at
-# `offset + i * stride[0] + j * stride[1]`. A **view (视图)** is a tensor on another's storage with its own offset,
-# shape and strides; `view(shape)` makes one without copying (`-1` lets PyTorch infer one dimension). Basic indexing
-# is a view for the same reason: `m34[1]` is offset 4 with stride `(1,)`, the column `m34[:, 1]` offset 1 with
+# A tensor is a flat block of memory, its **storage (存储)**, plus an **offset** (偏移量), a shape and, for each dimension, a
+# **stride** (步长): how many elements to skip in the storage to move one step along that dimension. Element `[i, j]` of a
+# matrix lives at `offset + i * stride[0] + j * stride[1]`. A view (视图) is a tensor on another's storage with its own
+# offset, shape and strides; `view(shape)` makes one without copying (`-1` lets PyTorch infer one dimension). Basic
+# indexing is a view for the same reason: `m34[1]` is offset 4 with stride `(1,)`, the column `m34[:, 1]` offset 1 with
 # stride `(4,)`.
 
 # %%
@@ -318,11 +319,11 @@ assert (m34[:, 1].storage_offset(), m34[:, 1].stride()) == (1, (4,))
 # %% [markdown]
 # ### Transpose and contiguity (转置与连续性)
 #
-# The notes say that a transpose "twists the storage", so that `view` fails afterwards, and that `reshape` is
-# equivalent to `.contiguous().view()`. Both need correcting. A transpose `t()` moves nothing: it swaps the sizes
-# *and* the strides. `m62 = m26.t()` has strides `(1, 6)`, so reading it row by row jumps around the storage:
-# it is no longer **contiguous (连续)**. The figure shows both tensors over the one storage; each cell's colour is its
-# position in the storage.
+# The notes say that a transpose "twists the storage", so that `view` fails afterwards, and that `reshape` is equivalent
+# to `.contiguous().view()`. Both need correcting. A transpose `t()` moves nothing: it swaps the sizes *and* the
+# strides. `m62 = m26.t()` has strides `(1, 6)`, so reading it row by row jumps around the storage: it is no longer a
+# **contiguous tensor** (连续张量). The figure shows both tensors over the one storage; each cell's colour is its position
+# in the storage.
 
 # %%
 base = torch.arange(12)
@@ -483,9 +484,9 @@ except RuntimeError as err:
 # %% [markdown]
 # ### In-place operations (原地操作)
 #
-# Methods ending in `_` (`add_`, `mul_`, `clamp_`, `zero_`) write into the tensor itself instead of returning a new
-# one; `out=` does the same for functions. They save memory, but autograd sometimes needs the old values; notebook 03
-# shows the error you then get.
+# A method ending in `_` (`add_`, `mul_`, `clamp_`, `zero_`) is an **in-place operation** (原地操作): it writes into the
+# tensor itself instead of returning a new one; `out=` does the same for functions. They save memory, but autograd
+# sometimes needs the old values; notebook 03 shows the error you then get.
 
 # %%
 a = torch.tensor([1.0, 2.0, 3.0])
@@ -523,8 +524,8 @@ print("round trip tensor -> PIL -> numpy is exact:", np.array_equal(np.asarray(b
 # ## 7. Broadcasting (广播) and matrix products (矩阵乘法)
 #
 # Element-wise operations (`+`, `*`, `torch.mul`) **broadcast**: shapes are aligned from the right, and a dimension
-# of size 1 (or a missing one) is stretched to match. Matrix products contract the last dimension of the first
-# operand with the second-to-last of the second:
+# of size 1 (or a missing one) is stretched to match. In **matrix multiplication** (矩阵乘法), the last dimension of
+# the first operand is contracted with the second-to-last of the second:
 #
 # | function | shapes | broadcasts? |
 # |---|---|---|
@@ -691,10 +692,10 @@ except Exception as err:  # einops.EinopsError
 # %% [markdown]
 # ## 11. Devices (设备)
 #
-# A tensor lives on one device; operations need their operands on the same device. `utils.get_device()` picks CUDA,
-# then Apple's MPS, then the CPU (set `TORCH_COURSE_DEVICE=cpu` to force the CPU). `.to(device)` copies a tensor
-# there (and returns the tensor itself if it is already there); results come back with `.cpu()` before `.numpy()`.
-# The tests of this course run on the CPU (they hide any GPU); on a GPU machine the same cells run on `cuda`.
+# A tensor lives on one **device** (设备); operations need their operands on the same device. `utils.get_device()` picks
+# CUDA, then Apple's MPS, then the CPU (set `TORCH_COURSE_DEVICE=cpu` to force the CPU). `.to(device)` copies a tensor
+# there (and returns the tensor itself if it is already there); results come back with `.cpu()` before `.numpy()`. The
+# tests of this course run on the CPU (they hide any GPU); on a GPU machine the same cells run on `cuda`.
 #
 # PyTorch 2.6+ also has a device-neutral API, `torch.accelerator`: `is_available()` says whether an accelerator
 # (CUDA, MPS, XPU, ...) can be used, `device_count()` how many there are, and

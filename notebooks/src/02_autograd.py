@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 02 — Autograd and custom Functions (自动微分)
+# # 02 · Autograd and custom Functions (自动微分)
 #
 # **What you learn.** How PyTorch computes derivatives for you, and how to write your own
 # differentiable operations:
@@ -8,8 +8,8 @@
 #    is a *vector–Jacobian product*;
 # 2. `torch.autograd.grad`: second derivatives with `create_graph=True`, several inputs, several outputs;
 # 3. where the chain rule's sum over paths happens (the engine's input buffer, proved with hooks), the
-#    graph is freed after a backward pass, gradients (梯度) *accumulate* across passes, and how to zero
-#    them (and use accumulation on purpose);
+#    graph is freed after a backward pass, the **gradient** (梯度) *accumulates* across passes, and how to zero
+#    it (and use accumulation on purpose);
 # 4. minimising the notes' $f(x)=ax^2+bx+c$ with an optimizer, with a picture of the path;
 # 5. custom `torch.autograd.Function`s from the notes — `MyReLU`, `Exp`, `GradCoeff`,
 #    `LinearFunction`, `Square`, `Conv2D` — checked with `gradcheck` / `gradgradcheck`; `torch.func`
@@ -56,12 +56,12 @@ print("device:", device.type)
 # %% [markdown]
 # ## 1. `backward()` on a scalar
 #
-# Autograd (自动微分) records every operation done on a tensor that has `requires_grad=True`
+# PyTorch's **autograd** (自动微分) records every operation done on a tensor that has `requires_grad=True`
 # and builds a **computational graph (计算图)** of them. A tensor you create yourself with
 # `requires_grad=True` is a **leaf tensor (叶子节点)**; a tensor computed from it has a `grad_fn`
 # (the graph node that knows its backward formula) and is not a leaf.
 #
-# Calling `backward()` on a **scalar** walks the graph backwards with the chain rule and stores
+# Calling `backward()` on a **scalar** walks the graph backwards with the **chain rule** (链式法则) and stores
 # $\partial y/\partial x$ in the `.grad` attribute of every leaf that requires a gradient.
 # The notes' running example is $f(x) = ax^2 + bx + c$ with $a=1, b=-2, c=1$, whose derivative is
 # $2ax + b$, so at $x=0$ we expect $-2$.
@@ -227,8 +227,8 @@ assert torch.allclose(v.grad, w @ Jh)
 # ## 3. `torch.autograd.grad`: returned gradients, second derivatives
 #
 # `torch.autograd.grad(outputs, inputs)` computes the same derivatives but **returns** them as a
-# tuple instead of writing `.grad`. With `create_graph=True` the backward pass is itself recorded
-# as a graph, so the returned derivative can be differentiated again: a **second derivative
+# tuple instead of writing `.grad`. With `create_graph=True` the **backward pass** (反向传播) is itself
+# recorded as a graph, so the returned derivative can be differentiated again: a **second derivative
 # (二阶导数)**. For our quadratic $f'(0) = -2$ and $f'' = 2a = 2$.
 #
 # Without `create_graph` the returned derivative is a plain constant (no `grad_fn`), and asking for
@@ -370,7 +370,7 @@ for i in range(3):
 assert x.grad.item() == 3 * 4.0
 
 # %% [markdown]
-# Accumulation is also a tool: **gradient accumulation** splits a batch that does not fit in memory
+# Accumulation is also a tool: **gradient accumulation** (梯度累加) splits a batch that does not fit in memory
 # into micro-batches, calls `backward()` on each (scaled by 1/number of micro-batches, because the
 # loss is a mean) and steps once. The result equals the full-batch gradient.
 #
@@ -406,7 +406,7 @@ assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 # %% [markdown]
 # ## 5. Minimising a function with an optimizer (优化器)
 #
-# An optimizer turns gradients into updates. The notes minimise $f(x) = x^2 - 2x + 1 = (x-1)^2$ with
+# An **optimizer** (优化器) turns gradients into updates. The notes minimise $f(x) = x^2 - 2x + 1 = (x-1)^2$ with
 # `SGD(lr=0.01)` for 500 steps, each step doing the three-line ritual `zero_grad()` → `backward()` →
 # `step()`. SGD's update is $x \leftarrow x - \eta f'(x) = x - \eta(2x - 2)$, so
 # $x_k - 1 = (1 - 2\eta)^k (x_0 - 1)$: from $x_0 = 0$ we can check every step against
@@ -436,7 +436,7 @@ assert torch.allclose(path, 1 - (1 - 2 * 0.01) ** k, atol=1e-5)
 assert abs(x_final.item() - 1.0) < 1e-4
 
 # %% [markdown]
-# The closed form also tells us how the learning rate matters: the distance to the minimum is
+# The closed form also tells us how the **learning rate** (学习率) matters: the distance to the minimum is
 # multiplied by $|1-2\eta|$ every step. $\eta = 0.01$ crawls, $\eta = 0.3$ is fast, $\eta = 0.95$
 # overshoots and zig-zags across the minimum, and $\eta > 1$ diverges. Left: the paths on the
 # parabola; right: the distance to the minimum (dots) against the prediction $|1-2\eta|^k$ (lines).
@@ -478,7 +478,7 @@ plt.show()
 #
 # Every node of the graph is a `Function`: it knows how to compute its output (`forward`) and how to
 # turn the gradient of its output into gradients of its inputs (`backward`). You can write your
-# own by subclassing `torch.autograd.Function` with two static methods:
+# own, a **custom Function** (自定义算子), by subclassing `torch.autograd.Function` with two static methods:
 #
 # * `forward(ctx, *inputs)` computes the result; `ctx.save_for_backward(...)` stores the **tensors**
 #   that backward will need, other values can be stored as attributes of `ctx`;
@@ -732,8 +732,8 @@ assert torch.allclose(batched, batch3.exp())
 # ## 7. Checking a Function: `gradcheck` and `gradgradcheck` (梯度检查)
 #
 # A hand-written `backward` is easy to get wrong, and a wrong gradient does not crash: training just
-# goes badly. `torch.autograd.gradcheck(fn, inputs)` compares your analytical Jacobian with a
-# numerical one from central finite differences $\frac{f(x+\epsilon)-f(x-\epsilon)}{2\epsilon}$,
+# goes badly. A **gradient check** (梯度检查), `torch.autograd.gradcheck(fn, inputs)`, compares your analytical
+# Jacobian with a numerical one from central finite differences $\frac{f(x+\epsilon)-f(x-\epsilon)}{2\epsilon}$,
 # and `gradgradcheck` does the same for the second derivative (the backward of your backward).
 #
 # The notes' `Square` writes its backward with ordinary differentiable tensor operations
@@ -978,7 +978,7 @@ assert (p.grad.item(), q.grad.item()) == (24.0, 4.0)
 # %% [markdown]
 # ## 9. Gradient penalty (梯度惩罚)
 #
-# A gradient penalty adds the norm of the loss's gradient w.r.t. the parameters to the loss
+# A **gradient penalty** (梯度惩罚) adds the norm of the loss's gradient w.r.t. the parameters to the loss
 # itself (it favours flat regions; WGAN-GP uses the gradient w.r.t. the *inputs* instead, with the
 # same mechanics). The recipe from the notes, per step:
 #
@@ -1107,8 +1107,8 @@ plt.show()
 # %% [markdown]
 # ## 10. Freezing parameters (冻结参数)
 #
-# Parameters with `requires_grad=False` are **frozen**: autograd does not compute their gradients,
-# and it does not even record the operations that involve only frozen parameters and data. The
+# A parameter with `requires_grad=False` is a **frozen parameter** (冻结参数): autograd does not compute its
+# gradient, and it does not even record the operations that involve only frozen parameters and data. The
 # notes fine-tune a ResNet-18: freeze everything, then replace the last layer `fc` by a fresh
 # `nn.Linear(512, 10)` (new parameters require gradients by default).
 #

@@ -1,26 +1,26 @@
 # %% [markdown]
-# # 03 — Dynamic computation graphs and hooks (动态计算图与钩子)
+# # 03 · Dynamic computation graphs and hooks (动态计算图与钩子)
 #
-# **What you will learn.** How PyTorch records a *dynamic computation graph* (动态计算图) while your code
-# runs, and what happens to it when you call `backward()`, the backward pass (反向传播) that computes the
-# gradients (梯度):
+# **What you will learn.** How PyTorch records a **dynamic computation graph** (动态计算图) while your code
+# runs, and what happens to it when you call `backward()`, the **backward pass** (反向传播) that computes the
+# **gradient** (梯度):
 #
 # - the forward pass runs eagerly, one statement at a time, and Python control flow decides the graph;
 # - the graph's saved values are freed by `backward()` unless you ask for `retain_graph=True`;
 # - the graph is made of backward nodes (反向节点), not tensors: `grad_fn` nodes and their `next_functions` edges,
 #   walked by hand, printed and drawn; where the chain rule's sum over paths really happens (the engine's input
 #   buffer, once, not in `.grad`), with the notes' `w1`/`w2`/`w3` example and its printed results (28, 8, 10);
-# - leaf tensors (叶子节点) and non-leaf tensors, `retain_grad()`;
-# - tensor hooks (钩子) with `register_hook`: logging and changing this pass's gradient; versus
+# - the **leaf tensor** (叶子节点) and the non-leaf tensor, `retain_grad()`;
+# - the **hook** (钩子) on a tensor, with `register_hook`: logging and changing this pass's gradient; versus
 #   `register_post_accumulate_grad_hook`, which sees the accumulated `.grad`;
 # - `detach`, `torch.no_grad`, `torch.inference_mode` (an inference tensor may enter a recorded operation only if
 #   that operation need not save it) and how `requires_grad` propagates;
 # - `backward(gradient)` for non-scalar outputs (`grad_tensors` today, the 0.x `grad_variables` deprecated), and
 #   splitting one backward pass in two (the notes' `step1/step2`);
 # - in-place operations that break autograd, and the errors they raise;
-# - module hooks (模块钩子): forward pre-hooks, forward hooks (前向钩子), full backward hooks (反向钩子), global
-#   hooks, and how `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer,
-#   capturing activations (激活值), gradient-norm monitoring);
+# - the kinds of **module hook** (模块钩子): forward pre-hook, **forward hook** (前向钩子), full **backward hook** (反向钩子),
+#   global hook, and how `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer,
+#   capturing each layer's **activation** (激活值), gradient-norm monitoring);
 # - exporting a model graph to TensorBoard and reading the event file back;
 # - the warnings PyTorch gives for outdated code in the notes, their text printed for you to read, and asserted.
 #
@@ -69,12 +69,12 @@ print("device:", device.type)
 # %% [markdown]
 # ## 1. The forward pass runs eagerly (正向传播立即执行)
 #
-# The graph autograd records is a graph of **backward nodes** (反向节点), not of tensors: one node per recorded
-# operation (the result's `grad_fn`, e.g. `MulBackward0`, which knows how to compute that operation's gradients),
-# plus one `AccumulateGrad` node per leaf that requires grad (it writes the leaf's `.grad`). Edges
-# (`next_functions`) lead from a node to the nodes of the operation's inputs. Tensors hang *off* the graph: a
-# result points to the node that made it, and a node keeps the tensors it saved for backward. (The notes draw
-# tensors as nodes too; section 2 walks the real structure.) "Dynamic" has two meanings in the notes. The first: **every statement runs at
+# Each node of the graph autograd records is a **backward node** (反向节点), not a tensor: one node per recorded operation
+# (the result's `grad_fn`, e.g. `MulBackward0`, which knows how to compute that operation's gradients), plus one
+# `AccumulateGrad` node per leaf that requires grad (it writes the leaf's `.grad`). Edges (`next_functions`) lead from a
+# node to the nodes of the operation's inputs. Tensors hang *off* the graph: a result points to the node that made it,
+# and a node keeps the tensors it saved for backward. (The notes draw tensors as nodes too; section 2 walks the real
+# structure.) "Dynamic" has two meanings in the notes. The first: **every statement runs at
 # once** and adds its nodes to the graph as it goes. There is no separate "build the graph, then run it" phase:
 # `Y_hat` below holds numbers as soon as its line has run, before `loss` even exists.
 # (The notes print `loss.data`; `.data` is a legacy back door, see section 6. Use `.detach()` or `.item()`.)
@@ -165,11 +165,11 @@ assert add_node.next_functions[0][0].variable is x
 # the loss gets gradient 1; `PowBackward0` and `SubBackward0` turn it into gradients for `y1` and `y2`;
 # `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, $-4 \cdot 1$ and $4 \cdot 2$.
 # **Where are they added?** Not in `x.grad`, as the notes (and many tutorials) suggest: the engine waits until every
-# path into a node has delivered, sums the contributions in that node's *input buffer* (输入缓冲区), and then runs the node
-# **once** with the total, $-4 + 8 = 4$: the chain rule's sum over paths (链式法则). So a hook on `x`, and a
-# pre-hook on its `AccumulateGrad` node, each fire once and see 4, never $-4$ and $8$ apart. Adding into `.grad`
-# is a different mechanism: accumulation *across* `backward()` calls (section 3). (Notebook 02 met this sum with
-# the same `AccumulateGrad` pre-hook; here we see where it sits in the graph.)
+# path into a node has delivered, sums the contributions in that node's **input buffer** (输入缓冲区), and then runs the node
+# **once** with the total, $-4 + 8 = 4$: the sum over paths of the **chain rule** (链式法则). So a hook on `x`, and a
+# pre-hook on its `AccumulateGrad` node, each fire once and see 4, never $-4$ and $8$ apart. Adding into `.grad` is a
+# different mechanism: accumulation *across* `backward()` calls (section 3). (Notebook 02 met this sum with the same
+# `AccumulateGrad` pre-hook; here we see where it sits in the graph.)
 
 # %%
 calls = []
@@ -236,11 +236,11 @@ assert w1_calls == [28.0]  # one call with the sum of both paths (20 + 8), not t
 # %% [markdown]
 # ## 3. The graph is freed after `backward` (计算图在反向传播后立即销毁)
 #
-# Notebook 02 met this error; here we look at what exactly is freed. The second meaning of "dynamic": after
-# `backward()` (or `torch.autograd.grad`) the graph's **saved tensors**, the intermediate values a backward
-# function needs (saved tensors, 保存的张量; here `PowBackward0` saved `y1 - y2`), are freed to save memory. A second `backward()` through
-# the same graph fails. Pass `retain_graph=True` to keep them; then each `backward()` adds into `.grad` once more
-# (gradients accumulate until you zero them).
+# Notebook 02 met this error; here we look at what exactly is freed. The second meaning of "dynamic": after `backward()`
+# (or `torch.autograd.grad`) each **saved tensor** (保存的张量) of the graph, an intermediate value a backward function needs
+# (here `PowBackward0` saved `y1 - y2`), is freed to save memory. A second `backward()` through the same graph fails.
+# Pass `retain_graph=True` to keep them; then each `backward()` adds into `.grad` once more (gradients accumulate until
+# you zero them).
 
 # %%
 expect_error(loss.backward)  # the loss from the previous section was already back-propagated once
@@ -279,7 +279,7 @@ err = expect_error(lambda: torch.autograd.grad(y, x))  # now the saved x is gone
 # %% [markdown]
 # ## 4. Leaf and non-leaf tensors (叶子节点与非叶子节点), `retain_grad`
 #
-# A **leaf tensor** is one no recorded operation produced: you created it (for example a parameter). By
+# A *leaf tensor* is one no recorded operation produced: you created it (for example a parameter). By
 # convention every tensor with `requires_grad=False` is also a leaf. After `backward()` only leaves that
 # require grad get their `.grad` filled; intermediate (non-leaf) results pass their gradient on and keep
 # nothing, which saves memory, since you almost always want the gradients of what you created.
@@ -429,11 +429,11 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 #   `t.detach().clone()` (or the notes' `t.clone().detach()`).
 # - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
-# - `with torch.inference_mode():` goes further: inference mode (推理模式) makes *inference tensors* (推理张量) that skip
-#   autograd's bookkeeping (they have no version counter (版本计数器), section 8). Later, outside the block, an
-#   inference tensor may still be an input of a recorded operation whose backward does not need to keep it
-#   (`t + p`: the gradient of a sum does not depend on `t`); an operation that must **save** it for backward
-#   (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is recorded, not later at
+# - `with torch.inference_mode():` goes further: in **inference mode** (推理模式) every tensor made inside is an
+#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器), section 8).
+#   Later, outside the block, an inference tensor may still be an input of a recorded operation whose backward does not
+#   need to keep it (`t + p`: the gradient of a sum does not depend on `t`); an operation that must **save** it for
+#   backward (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is recorded, not later at
 #   `backward()`. Clone it (`t.clone()`) to get a normal tensor, as the error message says.
 # - `model.eval()` is **not** one of them (the notes warn about it): it switches dropout/batch norm to evaluation
 #   behaviour, but the graph is still recorded.
@@ -507,14 +507,13 @@ assert dropout_model(inp).requires_grad
 # %% [markdown]
 # ## 7. `backward(gradient)` and splitting a backward pass in two
 #
-# A reminder from notebook 02: for a non-scalar output `y`, `y.backward(gradient=v)` (with `v` shaped like `y`)
-# computes the vector-Jacobian product (向量-雅可比积) $v^\top J$, the gradient of $\sum_i v_i y_i$. The notes' references on
+# A reminder from notebook 02: for a non-scalar output `y`, `y.backward(gradient=v)` (with `v` shaped like `y`) computes
+# the **vector-Jacobian product** (向量-雅可比积) $v^\top J$, the gradient of $\sum_i v_i y_i$. The notes' references on
 # "backward() 详解" are about this parameter, under its PyTorch 0.x name: `grad_variables`, the keyword of
-# `torch.autograd.backward(variables, grad_variables, ...)` up to version 0.3, when tensors that needed gradients
-# were wrapped in `Variable` objects. Version 0.4 merged `Variable` into `Tensor` and renamed the keyword
-# `grad_tensors`; 2.14 still accepts `grad_variables` as a deprecated alias and emits a `FutureWarning`, printed
-# below. Today: `y.backward(gradient=v)` or `torch.autograd.backward(y, grad_tensors=v)`, which give the same
-# `.grad` (asserted).
+# `torch.autograd.backward(variables, grad_variables, ...)` up to version 0.3, when tensors that needed gradients were
+# wrapped in `Variable` objects. Version 0.4 merged `Variable` into `Tensor` and renamed the keyword `grad_tensors`;
+# 2.14 still accepts `grad_variables` as a deprecated alias and emits a `FutureWarning`, printed below. Today:
+# `y.backward(gradient=v)` or `torch.autograd.backward(y, grad_tensors=v)`, which give the same `.grad` (asserted).
 
 # %%
 x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -589,10 +588,10 @@ assert max(gaps) <= 1e-6  # the same computation, split in two
 # %% [markdown]
 # ## 8. In-place operations that break autograd (原地操作)
 #
-# An in-place operation (`x.add_(1)`, `x[0] = ...`, `inplace=True`) overwrites a tensor's memory. Autograd allows it
-# only when no backward function still needs the old value. It keeps a **version counter** on every tensor
-# (`t._version`, bumped by each in-place write); each saved tensor remembers the version it was saved at, and
-# `backward` raises if they differ. Two errors you will meet:
+# An **in-place operation** (原地操作: `x.add_(1)`, `x[0] = ...`, `inplace=True`) overwrites a tensor's memory. Autograd
+# allows it only when no backward function still needs the old value. It keeps a *version counter* on every tensor
+# (`t._version`, bumped by each in-place write); each saved tensor remembers the version it was saved at, and `backward`
+# raises if they differ. Two errors you will meet:
 #
 # 1. writing in place into a **leaf that requires grad**: refused immediately (wrap manual weight updates in
 #    `torch.no_grad()`);

@@ -1,12 +1,13 @@
 # %% [markdown]
-# # 04 — MNIST and convolutional networks (卷积神经网络): data pipeline, training loop, GPU, TensorBoard
+# # 04 · MNIST and convolutional networks (卷积神经网络): data pipeline, training loop, GPU, TensorBoard
 #
-# **What you learn.** The whole path from raw files to a trained and inspected convolutional network,
-# following the notes' MNIST example, their `Net` and `CNNnet` models and their "use the GPU" section:
+# **What you learn.** The whole path from raw files to a trained and inspected **convolutional neural network**
+# (卷积神经网络, CNN), following the notes' MNIST example, their `Net` and `CNNnet` models and their "use the GPU" section:
 #
 # 1. where the data comes from (the files shipped in `data/`, checked by MD5) and `torchvision.datasets.MNIST`;
-# 2. the data API: a custom `Dataset` (数据集), every `DataLoader` (数据加载器) argument, the built-in samplers
-#    (采样器) and a custom batch sampler, worker processes, and `transforms.v2`;
+# 2. the data API: a custom **dataset** (数据集, a `Dataset`), every argument of the **data loader**
+#    (数据加载器, `DataLoader`), the built-in kinds of **sampler** (采样器) and a custom batch sampler, worker processes,
+#    and `transforms.v2`;
 # 3. why holding MNIST as tensors is much faster than decoding one PIL image at a time;
 # 4. what a convolution computes (kernel, stride, padding, channels, pooling, the output-size formula), then
 #    the notes' models, their shapes predicted by the formula and printed with forward hooks, and the notes' bug of a `softmax` before
@@ -258,7 +259,7 @@ assert len(fixed) == len(list(fixed)) == 5
 # | `num_workers` | load batches in that many worker processes (0: in the main process) |
 # | `worker_init_fn` | called in each worker with its id, after seeding, before loading |
 # | `generator` | the random generator for shuffling and for the workers' seeds: reproducible runs |
-# | `pin_memory` | put batches in page-locked host memory (锁页内存) for fast, asynchronous copies to a GPU |
+# | `pin_memory` | put batches in **pinned memory** (固定内存: page-locked host memory) for fast, asynchronous copies to a GPU |
 # | `timeout`, `prefetch_factor`, `persistent_workers` | waiting for workers; batches loaded ahead; keep workers between epochs |
 #
 # The exclusions are checked when the loader is built:
@@ -702,7 +703,7 @@ assert not any(m._forward_hooks for m in [*net.modules(), *cnn.modules()]), "the
 # %% [markdown]
 # Two smaller slips in the notes' `CNNnet`: the comment after `dropout2` says `[100, 10]` but the shape there
 # is `[100, 128]` (the hook output above shows it); and `nn.Dropout2d` on that flat `[N, 128]` tensor is
-# deprecated. Dropout (丢弃法) zeroes random values during training (section 13); `Dropout2d` zeroes whole
+# deprecated. A **dropout** (丢弃法) layer zeroes random values during training (section 13); `Dropout2d` zeroes whole
 # *channels* of a `[N, C, H, W]` feature map; on a flat vector use
 # `nn.Dropout`. Note also where `CNNnet`'s 1.2 million parameters are: 98% of them in `fc1` (9216 × 128),
 # because it flattens a large 12×12×64 map. `Net` pools more and needs 13 times fewer.
@@ -725,7 +726,7 @@ print(
 # %% [markdown]
 # ## 11. The notes' bug: `softmax` before `CrossEntropyLoss`
 #
-# `nn.CrossEntropyLoss` (the cross-entropy loss, 交叉熵损失) expects raw scores, **logits** (未归一化的对数几率): it
+# `nn.CrossEntropyLoss`, the **cross-entropy** (交叉熵) loss, expects raw scores, **logits** (未归一化的对数几率): it
 # applies `log_softmax` itself and then takes the
 # negative log-probability of the right class (`nll_loss`). The notes' `Net` returns `softmax(x)`, so the loss
 # applies a second softmax to numbers in [0, 1]. Two consequences:
@@ -790,7 +791,7 @@ assert late_sm > 2.0 and late_lg < 1.2 and acc_lg > acc_sm + 0.2
 # The course model is a lean CNN in the spirit of `Net`, built to train fast on a CPU:
 #
 # * three 3×3 convolutions with 16, 32 and 64 channels, each followed by **batch normalisation**
-#   (批归一化, `BatchNorm2d`), which keeps activations well scaled and allows a large learning rate;
+#   (批归一化, `BatchNorm2d`), which keeps activations well scaled and allows a large **learning rate** (学习率);
 # * max-pooling (池化) *before* BatchNorm and ReLU, so those run on maps four times smaller. Pooling and ReLU
 #   commute (ReLU never changes which value is largest), but pooling and BatchNorm do **not**: BatchNorm computes
 #   its statistics over the values it is given (the pooled maps here, not the full ones), and a negative scale
@@ -858,12 +859,12 @@ assert model.block1[0].weight.is_contiguous(memory_format=torch.channels_last)
 # A training run repeats the five-line step over the whole training set, once per **epoch (轮次)**, and after each
 # epoch measures the model on data it does not train on. Three pieces appear here for the first time:
 #
-# * **A validation set (验证集).** The test set must be used *once*, at the end, for the accuracy we report: if we
+# * A **validation set** (验证集). The test set must be used *once*, at the end, for the accuracy we report: if we
 #   looked at it after every epoch to choose the number of epochs or the learning rate, the reported number would
 #   be tuned to it and no longer an honest estimate. So we hold out 5,000 of the 60,000 training images (a seeded
 #   random split) to watch during training, and train on the other 55,000.
 # * **`model.train()` and `model.eval()`.** They set a flag that a few layers read. This model has
-#   `BatchNorm2d` (批量归一化): in train mode it normalises with the mean and variance of the current batch and
+#   `BatchNorm2d` (批归一化): in train mode it normalises with the mean and variance of the current batch and
 #   updates its running averages; in eval mode it uses those running averages, so a prediction does not depend
 #   on the other images in the batch. `Dropout` (丢弃法, the notes' `CNNnet` has two) zeroes a random fraction
 #   $p$ of the values in train mode and scales the rest by $1/(1-p)$; in eval mode it does nothing. Forgetting
@@ -905,7 +906,7 @@ assert torch.allclose(layers(batch[:1]), out_eval[:1])
 #   a run of a few hundred steps;
 # * **one epoch**, with the validation set measured four times during it (every 108 steps), so the curves have
 #   more than one point;
-# * the loss is **cross-entropy (交叉熵)** on the logits, with **label smoothing (标签平滑)**
+# * the loss is cross-entropy on the logits, with **label smoothing (标签平滑)**
 #   (`CrossEntropyLoss(label_smoothing=0.1)`): the target puts 0.91 on the true digit and 0.01 on each of the nine
 #   others instead of 1 and 0, so the model is not pushed towards ever larger logits on images it already gets
 #   right. The loss can then no longer reach 0: its floor is the entropy of that target, about 0.50 (computed below).
@@ -1301,7 +1302,7 @@ ex = Checker("04")
 # number of parameters, `sum(p.numel() for p in net.parameters())`. Write them as a list `[tuple, tuple, int]`,
 # then check. (Building the model afterwards to see why is allowed.) One fact the lesson only used: a
 # `BatchNorm2d(C)` learns a scale $\gamma$ and a shift $\beta$ per channel (section 12), while its running mean and
-# variance (section 13) are **buffers (缓冲区)**: saved in `state_dict()`, but not returned by `parameters()`.
+# variance (section 13) are each a **buffer** (缓冲区): saved in `state_dict()`, but not returned by `parameters()`.
 
 # %%
 # ✏️ Exercise 1: replace ... with [shape of net[0](x), shape of net[:6](x), number of parameters]

@@ -17,14 +17,14 @@
 # **What you learn.**
 # 1. A French→English corpus that ships with the course (generated with a grammar, since Tatoeba cannot be downloaded
 #    here), with a random test split and a *compositional* test split.
-# 2. Normalisation, a vocabulary with padding and unknown words, batches with **padding and packing (填充与打包)**.
+# 2. Normalisation, a vocabulary with padding and unknown words, batches with **padding** (填充) and **packing** (打包).
 # 3. What the notes' attention decoder really computes: its attention is *location-based* — it scores source
 #    positions without looking at the words there.
 # 4. One decoder with three ways to choose what it reads from the source — **no attention** (the encoder's final
 #    state), **location-based** and **content-based** (Bahdanau) attention — trained on the same data with the same
 #    budget and the same initial weights, so that only the score differs.
-# 5. **Teacher forcing (教师强制)** as one parallel pass over the target, a masked loss, gradient clipping, **greedy
-#    decoding (贪心解码)**.
+# 5. Training with **teacher forcing (教师强制)** as one parallel pass over the target, a masked loss, gradient clipping,
+#    **greedy decoding (贪心解码)**.
 # 6. BLEU and exact match, BLEU against sentence length (as Bahdanau et al. plot it), attention heat maps, and where
 #    each model fails.
 #
@@ -32,7 +32,7 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 110 min. **Run time:** 100 s on the 2-core course machine (one
+# network (GRU) computes. **Study time:** about 110 min. **Run time:** 110 s on the 2-core course machine (one
 # thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
@@ -92,7 +92,7 @@ print("device:", device.type)
 # The notes read Tatoeba's `eng-fra.txt`: one pair per line, *English TAB French*, of which they keep the pairs whose
 # English side starts with "i am", "he is", "she is", "you are", "we are" or "they are" and has fewer than 10 words
 # (about 10,000 pairs). That file cannot be fetched while the course runs, so the course **generates** a comparable
-# corpus offline with [pyrealb](https://github.com/lapalme/pyrealb), a *text realiser (文本生成器)*: you describe a
+# corpus offline with [pyrealb](https://github.com/lapalme/pyrealb), a **text realiser** (文本生成器): you describe a
 # sentence abstractly (subject, verb, object, tense, negation, question) and it writes correct French or English,
 # with conjugation, agreement and word order. One abstract sentence, two languages:
 
@@ -231,7 +231,7 @@ for name, pattern in patterns.items():
 # ## 3. Train, validation and test splits
 #
 # The **training set (训练集)** fits the weights, the **validation set (验证集)** checks a model while you develop it
-# (section 9), and the **test sets (测试集)** are used only to report the final scores. `split_pairs` splits **by
+# (section 9), and each **test set (测试集)** is used only to report the final scores. `split_pairs` splits **by
 # sentence**: pairs that share a French or an English sentence (*tu es fatigué* and *vous êtes fatigué* are both *you
 # are tired*) go to the same split, so no test sentence, on either side, was seen in training. The random split
 # measures how well the model generalises to new sentences from the same distribution; the compositional split
@@ -272,7 +272,8 @@ assert tc.is_held_out(("verb+pronoun", "voir")) and "je la vois ." not in train_
 # batching and real use need: index 0 is **padding** (`<pad>`; `nn.Embedding(padding_idx=0)` keeps its row at zero and
 # never updates it, while packing and the loss's `ignore_index`, below, are what keep padding out of the computation),
 # and words the model never saw raise a clear error (or map to `<unk>` when you ask for it). The special tokens
-# `<sos>`, `<eos>` and `<unk>` mark the start (起始标记) and end (结束标记) of a sentence and an unknown word (未知词).
+# `<sos>`, `<eos>` and `<unk>` are a sentence's **start token** (起始标记) and **end token** (结束标记), and the token
+# of an **unknown word** (未知词).
 # Vocabularies are built from the **training** pairs only: a word that appears only in the test set is, honestly,
 # unknown.
 
@@ -292,8 +293,8 @@ assert ids[-1] == EOS_token and input_lang.decode(ids) == ["elle", "a", "faim", 
 # ## 5. Batches: padding and packing
 #
 # The notes train on **one pair at a time**, which keeps every tensor `[1, 1, 256]` and the code simple, and leaves
-# the CPU (let alone a GPU) idle most of the time. **Batches (批量)** put many sentences side by side; sentences differ
-# in length, so the shorter ones are **padded (填充)** with index 0 up to the longest. `make_batches` groups sentences
+# the CPU (let alone a GPU) idle most of the time. A **batch (批量)** puts many sentences side by side; sentences differ
+# in length, so the shorter ones are padded (填充) with index 0 up to the longest. `make_batches` groups sentences
 # of similar length to waste little compute on padding.
 
 # %%
@@ -402,7 +403,7 @@ assert NotesAttnDecoderRNN(8, 20).attn.out_features == MAX_LENGTH
 
 # %% [markdown]
 # The attention weights come from `self.attn(cat(embedded, hidden))`: a linear layer from the previous word and the
-# decoder state to **`max_length` scores, one per source position**: *location-based attention (基于位置的注意力)*, in the
+# decoder state to **`max_length` scores, one per source position**: **location-based attention (基于位置的注意力)**, in the
 # terms of Luong, Pham & Manning (2015). The encoder outputs enter only *after* the weights are fixed, when `bmm`
 # averages them. The weights are not independent of the source — the decoder state starts from the encoder's final
 # state, which summarises the whole sentence, so another sentence gives other weights — but the score of position 3
@@ -454,7 +455,7 @@ assert refused  # check_source_length, not a silent crop
 # |---|---|---|
 # | **no attention** (Cho et al. 2014, who feed this summary at every step; Sutskever et al. 2014 only start the decoder from it) | all on the last word: the context is the encoder's final state, the same at every step | none |
 # | **location-based** (Luong et al. 2015) | $\operatorname{softmax}_j(W_a s_t)_j$: the state alone scores *positions*, as in the notes | $(H + 1) \times$ `max_length` |
-# | **content-based, additive** (基于内容的加性注意力; Bahdanau et al. 2015) | $\operatorname{softmax}_j\big(v^\top \tanh(W s_t + U h_j)\big)$: the state compared with what is *at* $j$ | $2H^2 + 2H$ |
+# | **content-based additive attention** (基于内容的加性注意力; Bahdanau et al. 2015) | $\operatorname{softmax}_j\big(v^\top \tanh(W s_t + U h_j)\big)$: the state compared with what is *at* $j$ | $2H^2 + 2H$ |
 #
 # Here $s_t$ is the decoder's state at step $t$, $h_j$ the encoder's output at source position $j$, and $H$ the hidden
 # size (112).
@@ -580,7 +581,7 @@ print("weights on padded positions: 0 for both")
 
 # %% [markdown]
 # `Seq2Seq` puts an encoder and a decoder together. In training, the decoder's input at step $t$ is the **true**
-# word $t - 1$ (and `<sos>` first): the target shifted right by one. That is **teacher forcing (教师强制)**, and it is
+# word $t - 1$ (and `<sos>` first): the target shifted right by one. That is teacher forcing (教师强制), and it is
 # what lets the decoder's GRU run over all steps at once. `greedy` decodes without a target: it feeds back its own most
 # likely word, one step at a time, until every sentence of the batch has written `<eos>`.
 
@@ -660,13 +661,13 @@ torch.testing.assert_close(w @ enc_outputs, enc_hidden[0].unsqueeze(1).expand(-1
 #
 # One training step, `train_step`:
 #
-# * **Loss with a padding mask.** The decoder outputs **logits** (未归一化的对数概率) and the loss is `F.cross_entropy`, which
+# * **Loss with a padding mask.** The decoder outputs **logits** (未归一化的对数几率) and the loss is `F.cross_entropy`, which
 #   applies `log_softmax` and the negative log-likelihood in one numerically stable call (the notes' `LogSoftmax` +
 #   `NLLLoss` computes the same; checked below). `ignore_index=PAD_token` drops the padded target positions, so the
 #   loss is the mean over *real* words.
-# * **Gradient clipping (梯度裁剪).** Recurrent networks occasionally produce huge gradients; `clip_grad_norm_(…, 1.0)`
-#   rescales the whole gradient when its norm exceeds 1, and returns the norm it measured (`train_step` returns it, so
-#   you can see how often clipping acts).
+# * **Clipping.** Recurrent networks occasionally produce huge gradients; **gradient clipping** (梯度裁剪) guards against
+#   them: `clip_grad_norm_(…, 1.0)` rescales the whole gradient when its norm exceeds 1, and returns the norm it
+#   measured (`train_step` returns it, so you can see how often clipping acts).
 # * **Teacher forcing, always.** Like the notes (`use_teacher_forcing = True`), we always feed the true previous word.
 #   At test time the model sees only its own guesses, a situation it never trained in; this mismatch is called
 #   **exposure bias (暴露偏差)** (Ranzato et al. 2016). The PyTorch tutorial feeds the model's own prediction for some
@@ -861,8 +862,8 @@ assert final["content"] < final["location"] < final["none"]
 #
 # ## 9. Greedy decoding and `translate()`
 #
-# At test time there is no target: the decoder starts from `<sos>`, feeds back its most likely word (**greedy
-# decoding (贪心解码)**) and stops at `<eos>` or after `MAX_LENGTH` words. `translate` normalises sentences, refuses
+# At test time there is no target: the decoder starts from `<sos>`, feeds back its most likely word (greedy
+# decoding, 贪心解码) and stops at `<eos>` or after `MAX_LENGTH` words. `translate` normalises sentences, refuses
 # words outside the training vocabulary with a message that names them (a word it never saw has no embedding of its
 # own; `<unk>` has a row, but no training sentence ever used it), and returns the words and the attention weights.
 # `evaluate` maps such words to `<unk>` instead, so that every test sentence gets a score. `translate` also refuses
@@ -898,13 +899,13 @@ for sentence in ("Je mange un croissant.", "Le chat dort sur le canapé."):
 # %% [markdown]
 # ## 10. Evaluation: BLEU and exact match
 #
-# **Exact match (精确匹配)** counts sentences translated word for word as the reference. **BLEU (双语评估替补)** (Papineni et
-# al., 2002) is the standard corpus-level score: the geometric mean of the 1- to 4-gram precisions against the
-# reference, times a **brevity penalty (简短惩罚)** $\min(1, e^{1 - r/c})$ for a corpus of translations (length $c$)
+# The **exact match (精确匹配)** score counts the sentences translated word for word as the reference. **BLEU (双语评估替补)**
+# (Papineni et al., 2002) is the standard corpus-level score: the geometric mean of the 1- to 4-gram precisions against
+# the reference, times a **brevity penalty (简短惩罚)** $\min(1, e^{1 - r/c})$ for a corpus of translations (length $c$)
 # shorter than the references (length $r$), on a 0–100 scale. The precisions are **clipped** (modified): an n-gram of
-# the translation counts as correct at most as often as it occurs in the reference, so "the the the the" does not
-# score a unigram precision of 100% against "the cat is here", only 1/4. We use `sacrebleu`, the reference
-# implementation, rather than writing our own (small tokenisation details change BLEU by points):
+# the translation counts as correct at most as often as it occurs in the reference, so "the the the the" does not score
+# a unigram precision of 100% against "the cat is here", only 1/4. We use `sacrebleu`, the reference implementation,
+# rather than writing our own (small tokenisation details change BLEU by points):
 
 # %%
 clipped = sacrebleu.corpus_bleu(["the the the the"], [["the cat is here"]])
@@ -1062,15 +1063,15 @@ assert all(len(w) >= 1 for w, _ in translate(models["content"], sentences, input
 
 # %% [markdown]
 # What to look for. The no-attention maps are one bright column on `<eos>`: by construction, the context is the
-# encoder's final state. In the content-based maps, alignments with the order changed: *my sister* read from *ma
-# soeur*, *red* from *rouge* (ahead of *voiture*, which comes next for *car*), *see* from *vu*. The English question
-# needs an auxiliary, *did*, that French does not have: it has no source word of its own, and where its row looks
-# varies from run to run. Some cells may sit one word late (*s dog* read at *de*): with a one-directional encoder the
-# output at a position has read the sentence only up to there, so "le chien de" is complete at *de*. Bahdanau et al.
-# used a **bidirectional encoder (双向编码器)**, whose outputs see both sides of each word, for sharper **alignments
-# (对齐)**. The location-based maps are more diffuse: the model learnt where words *usually* stand. These maps come from
-# one training run and can differ in their details on another machine; the measurement below checks the pattern over
-# hundreds of words.
+# encoder's final state. The content-based maps show the **alignment (对齐)** of words whose order changed: *my sister*
+# read from *ma soeur*, *red* from *rouge* (ahead of *voiture*, which comes next for *car*), *see* from *vu*. The
+# English question needs an auxiliary, *did*, that French does not have: it has no source word of its own, and where its
+# row looks varies from run to run. Some cells may sit one word late (*s dog* read at *de*): with a one-directional
+# encoder the output at a position has read the sentence only up to there, so "le chien de" is complete at *de*.
+# Bahdanau et al. used a **bidirectional encoder (双向编码器)**, whose outputs see both sides of each word, for sharper
+# alignments (对齐). The location-based maps are more diffuse: the model learnt where words *usually* stand. These maps
+# come from one training run and can differ in their details on another machine; the measurement below checks the
+# pattern over hundreds of words.
 #
 # Does the largest weight fall on the right word? For nouns and adjectives the corpus generator's lexicon
 # (`tc.NOUNS`, `tc.ADJECTIVES`) gives a known one-to-one word alignment: *chat* ↔ *cat*, *noir* ↔ *black*. For every
@@ -1158,8 +1159,8 @@ assert min(per_category, key=lambda c: per_category[c]["content"]) == "verb+pron
 # %% [markdown]
 # ## 14. Teacher-forced against free-running accuracy
 #
-# With teacher forcing the decoder always sees the true previous word; **free-running (自由生成)**, with greedy decoding,
-# it sees its own.
+# With teacher forcing the decoder always sees the true previous word; in **free-running mode** (自由生成), with greedy
+# decoding, it sees its own.
 # Per-word accuracy on the random test split in both modes (the free-running words are compared position by
 # position with the reference, so one early error can shift everything after it). The gap below is the
 # *information advantage* of being given the true prefix; it is **not** a measurement of exposure bias, which is

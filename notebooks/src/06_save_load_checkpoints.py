@@ -1,13 +1,13 @@
 # %% [markdown]
 # # 06 · Saving, loading and checkpoints (保存和加载模型)
 #
-# **What you learn.** What a `state_dict` (状态字典) holds for a model and for an optimizer; how to save
+# **What you learn.** What a **`state_dict`** (状态字典) holds for a model and for an optimizer; how to save
 # and load weights the recommended way, and why pickling a whole model breaks; why `torch.load` must
 # keep `weights_only=True` (the default since PyTorch 2.6), what that allow-list does and does not
 # promise, and why weights from strangers belong in `safetensors`; how to write a *full* training
 # checkpoint (检查点) and resume a run (断点续训) so that it ends **bit-identical** to a run that was
 # never interrupted; how to write a file that a crash cannot tear (an atomic save, 原子保存), by hand
-# and then with the course's helper; warm-starting (热启动) a different model; loading across devices
+# and then with the course's helper; the **warm start** (热启动) of a different model; loading across devices
 # with `map_location`, lazily with `mmap=True`, and into a model built on the `meta` device; the
 # `module.` prefix of `DataParallel`/DDP and the `_orig_mod.` prefix of `torch.compile`; and exporting a
 # model for deployment, from the notes' TorchScript to `torch.export` and AOTInductor.
@@ -82,11 +82,12 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| fil
 #
 # Three functions do all the work (the notes list them first):
 #
-# * `torch.save(obj, path)` serialises (序列化) an object with Python's `pickle` into a zip file;
-# * `torch.load(path)` unpickles it again, i.e. deserialises it (反序列化);
+# * `torch.save(obj, path)` does the **serialisation** (序列化): it turns an object into bytes with Python's
+#   `pickle`, in a zip file;
+# * `torch.load(path)` does the **deserialisation** (反序列化): it unpickles them again;
 # * `module.load_state_dict(sd)` copies a dictionary of tensors into a model's parameters and buffers.
 #
-# A model's `state_dict` maps each parameter (参数) and **buffer** (缓冲区) name to its tensor, in
+# A model's `state_dict` maps each **parameter** (参数) and **buffer** (缓冲区) name to its tensor, in
 # registration order; layers without parameters (`MaxPool2d`, `ReLU`) have no entries. An
 # optimizer's `state_dict` has two parts: `state` (per-parameter tensors such as SGD's momentum
 # buffer, empty before the first step) and `param_groups` (hyper-parameters). The notes' printout
@@ -308,7 +309,7 @@ assert renamed_failed
 # `weights_only=False`; reading its instructions with `pickletools` is proof enough of what that would do.
 # `weights_only=True` switches to PyTorch's own unpickler (`torch/_weights_only_unpickler.py`), which
 # executes only a subset of the pickle instructions: `GLOBAL` never imports anything, it only looks the name
-# up in an allow-list (允许列表: tensor and storage rebuild functions, dtypes, `torch.Size`, `torch.device`,
+# up in an **allow-list** (允许列表: tensor and storage rebuild functions, dtypes, `torch.Size`, `torch.device`,
 # `nn.Parameter`, `OrderedDict`, `Counter`, `set`, plus what you add yourself; names from `os` and `sys` are
 # refused even then); `REDUCE` calls only allow-listed functions; `BUILD` only fills tensors, parameters,
 # `OrderedDict`s and allow-listed classes; any other instruction is an error. Our file is refused at
@@ -430,11 +431,11 @@ assert torch_version >= (2, 10)
 # %% [markdown]
 # ### `safetensors`: a format with no code in it
 #
-# To *share* weights, the `safetensors` format (Hugging Face) has no code in it: 8 bytes giving
-# the header length, a JSON header (name → dtype, shape, byte range, plus optional string
-# metadata), then raw tensor bytes. There is nothing to execute, and it can be memory-mapped. Two
-# limits: it stores only tensors (metadata must be strings), and it refuses tensors that share memory
-# (tied weights, 权重共享) in `save_file`; `save_model`/`load_model` handle those.
+# To *share* weights, the `safetensors` format (Hugging Face) has no code in it: 8 bytes giving the
+# header length, a JSON header (name → dtype, shape, byte range, plus optional string metadata), then
+# raw tensor bytes. There is nothing to execute, and it allows **memory mapping** (内存映射, section 8).
+# Two limits: it stores only tensors (metadata must be strings), and it refuses tensors that share
+# memory (as in **weight tying** (权重共享)) in `save_file`; `save_model`/`load_model` handle those.
 
 # %%
 st_path = RUN_DIR / "small.safetensors"
@@ -477,8 +478,8 @@ assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
 # %% [markdown]
 # ## 5. A training checkpoint
 #
-# A **checkpoint** (检查点) is a file holding everything needed to continue a training run later; resuming
-# from one after a crash or a time limit is 断点续训. ([Notebook 11](11_memory_and_speed.ipynb) meets
+# A **checkpoint** (检查点) is a file holding everything needed to continue a training run later, for
+# **resuming training** (断点续训) after a crash or a time limit. ([Notebook 11](11_memory_and_speed.ipynb) meets
 # *activation checkpointing* (激活重计算), which is unrelated: it recomputes activations in the backward pass
 # to save memory and writes no file.) To *continue* training, weights are not enough. The notes save a
 # dictionary with the epoch, the model and optimizer `state_dict`s and the last loss, and use the `.tar`
@@ -956,7 +957,7 @@ print("ModuleDict keys in", path.name, ":", list(torch.load(path)["model"]))
 assert torch.equal(encoder2.weight, encoder.weight) and torch.equal(decoder2.bias, decoder.bias)
 
 # %% [markdown]
-# **Warm-starting** reuses weights of a model trained for another task: same backbone, new head.
+# *Warm-starting* reuses weights of a model trained for another task: same backbone, new head.
 # `load_state_dict(sd, strict=False)` tolerates *missing* and *unexpected* keys and returns them so you
 # can check them, but it does **not** tolerate a key whose shape changed: the 2-class head cannot go
 # into a 5-class head. Keep only the entries whose shapes fit, then read the report.
@@ -1114,7 +1115,7 @@ assert torch.equal(torch.load(big_path)["0.bias"], big[0].bias)
 mapped = torch.load(big_path, mmap=True)
 
 # %% [markdown]
-# A model built under `with torch.device("meta"):` (the meta device, 元设备) has parameters with a shape
+# A model built under `with torch.device("meta"):`, on the **meta device** (元设备), has parameters with a shape
 # and a dtype but **no storage**: nothing is allocated and the random initialisation does nothing.
 # Loading into it with the ordinary `load_state_dict` *copies* into those parameters, which is
 # impossible on `meta`: PyTorch warns once per parameter that the copy "is a no-op" and the model stays
@@ -1261,7 +1262,7 @@ assert torch.equal(trusted_old["fc2.bias"], small.fc2.bias)
 # %% [markdown]
 # ## 9. Exporting for deployment: from TorchScript to `torch.export`
 #
-# To deploy (部署) a model, that is, to run it without its Python code (in C++, on a server, on a phone)
+# For **deployment** (部署), running a model without its Python code (in C++, on a server, on a phone),
 # you save a *graph* of its operations rather than weights. The notes teach TorchScript:
 # `torch.jit.trace(model, example)` runs the model once and records the operations that happened;
 # `torch.jit.script(model)` compiles the Python source. In PyTorch 2.14 **all of TorchScript is
@@ -1297,7 +1298,7 @@ print("traced gate(-1) =", traced_gate(negative).tolist())
 assert not torch.equal(traced_gate(negative), gate(negative))
 
 # %% [markdown]
-# Exporting (导出) with `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a
+# An **export** (导出) with `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a
 # graph, but it
 # **refuses** data-dependent Python control flow instead of silently baking in one branch, and it
 # records which dimensions may vary: here the batch dimension, declared with `torch.export.Dim`.

@@ -2,7 +2,7 @@
 # # 07 · Automatic mixed precision (自动混合精度)
 #
 # **What you learn.** How to train with 16-bit floating point where it is safe and 32-bit where it is needed,
-# which is what *automatic mixed precision* (AMP; mixed precision, 混合精度) does:
+# which is what **automatic mixed precision** (自动混合精度; AMP) does:
 #
 # 1. why 16 bits at all, and what can go wrong: float16's **overflow** (上溢) above 65504, small gradients that
 #    **underflow** (下溢) to zero, bfloat16's wide range but coarse precision, and the memory per parameter;
@@ -13,7 +13,7 @@
 # 4. the recipes: gradient clipping (梯度裁剪), gradient accumulation (梯度累加), a gradient penalty, the `enabled=`
 #    switch, and TF32 with the `fp32_precision` settings;
 # 5. a small model trained in float32 and under autocast: the same loss curve, and what autocast really saves in
-#    memory (the activations, 激活值, halve, but it adds a 16-bit copy of each weight).
+#    memory: each **activation** (激活值) takes half the bytes, but autocast adds a 16-bit copy of each weight.
 #
 # **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`;
 # checkpoints with `utils.checkpoint_files` (notebook 06).
@@ -77,8 +77,8 @@ assert amp_dtype in (torch.bfloat16, torch.float16)
 # %% [markdown]
 # ## 1. Why 16 bits, and what breaks
 #
-# A float stores a sign, an **exponent** (指数; how big: the range) and a **mantissa** (尾数; how many significant
-# digits: the precision). float16 ("half", 半精度) spends 5 bits on the exponent, bfloat16 ("brain float") keeps
+# A float stores a sign, an **exponent** (指数; how big: the range) and a **mantissa** (尾数; how many significant digits: the precision).
+# float16, "half" for **half precision** (半精度), spends 5 bits on the exponent, bfloat16 ("brain float") keeps
 # float32's 8 exponent bits and cuts the mantissa to 7 bits. `torch.finfo` tells the consequences:
 
 # %%
@@ -107,11 +107,11 @@ assert big.half().tolist() == [65504.0, 65504.0, float("inf"), float("inf")]
 assert torch.isinf(act.half() ** 2) and torch.isfinite(act.bfloat16() ** 2)
 
 # %% [markdown]
-# **Small gradients underflow to zero in float16.** Below its smallest normal number (6.1e-5) float16 has
-# *subnormal* numbers (非规格化数) down to 2⁻²⁴ ≈ 6e-8 with fewer and fewer significant bits, and anything below about 3e-8 becomes
+# **Small gradients underflow to zero in float16.** Below its smallest normal number (6.1e-5) float16 still stores
+# values down to 2⁻²⁴ ≈ 6e-8, each a **subnormal number** (非规格化数) with fewer and fewer significant bits, and anything below about 3e-8 becomes
 # exactly 0. Gradients of a deep network are often that small. Take a million gradient magnitudes spread evenly
-# (in log scale) between 1e-10 and 1e-2: in float16 almost a third of them vanish. **Loss scaling** (损失缩放) is the
-# cure: multiply the loss by S = 65536 = 2¹⁶ before `backward()`, so every gradient is 65536 times larger while it
+# (in log scale) between 1e-10 and 1e-2: in float16 almost a third of them vanish. The cure is **loss scaling** (损失缩放):
+# multiply the loss by S = 65536 = 2¹⁶ before `backward()`, so every gradient is 65536 times larger while it
 # travels through float16, and divide by S afterwards in float32. Multiplying by a power of two only changes the
 # exponent, so nothing is lost by the scaling itself.
 
@@ -155,7 +155,7 @@ assert total.item() == 256 and (torch.tensor(1.0, dtype=torch.float16) + 1e-4).i
 # *gradients* and the optimizer state in float32 (the notes' question "are the parameters float32 under mixed
 # precision?" — yes, proved in section 2), so with Adam training still costs 4 + 4 + 8 = 16 bytes per parameter.
 # What AMP can save is the memory of the **activations** (the tensors saved for backward, often the largest part)
-# — at most half of it, and section 5 shows when it saves nothing — and, on GPUs with tensor cores (张量核心), time.
+# — at most half of it, and section 5 shows when it saves nothing — and, on a GPU with **tensor core** (张量核心) units, time.
 
 # %%
 for dt in (torch.float32, torch.float16, torch.bfloat16):
@@ -176,8 +176,8 @@ assert torch.empty(0, dtype=torch.bfloat16).element_size() == 2
 #   the work, and they tolerate it — cast their float32 inputs to the low-precision type;
 # * **float32**: precision-sensitive operations (most losses, some norms, ...) cast their low-precision inputs to
 #   float32;
-# * **promote** (类型提升): operations with several inputs of different types run in the widest one (autocast's promote list,
-#   plus ordinary type promotion of elementwise operations such as `+`).
+# * **promote**: operations with several inputs of different types run in the widest one, by
+#   **type promotion** (类型提升; autocast's promote list, plus ordinary type promotion of elementwise operations such as `+`).
 #
 # Everything else (ReLU, `+` of equal types, ...) runs in the type of its inputs. The lists differ between
 # devices: CUDA puts softmax, `log_softmax`, `layer_norm`, `group_norm`, `sum`, `exp` and `pow` in its float32
@@ -346,8 +346,8 @@ print("opt.step() on scaled gradients moves x by", fmt(1.0 - wrong_x[0].item(), 
 assert abs((1.0 - wrong_x[0].item()) - 65.536) < 1e-3
 
 # %% [markdown]
-# **A skipped step and the scale's growth and backoff: dynamic loss scaling (动态损失缩放).** The scale is not a
-# constant: `update()` halves the scale (`backoff_factor=0.5`)
+# **A skipped step and the scale's growth and backoff.** The scale is not a constant, hence
+# **dynamic loss scaling** (动态损失缩放): `update()` halves the scale (`backoff_factor=0.5`)
 # after a step with `inf`/`nan` gradients, which `step()` skipped, and doubles it (`growth_factor=2`) after
 # `growth_interval` clean steps in a row (2000 by default; 3 here to see it happen); an overflow also resets the
 # count of clean steps (the *growth tracker*). Below, the loss of step 2 is
@@ -381,7 +381,7 @@ assert torch.isfinite(w).all()
 # %% [markdown]
 # **float16 with a scaler, saved and resumed.** The scale and the growth tracker are training state: a run that
 # is stopped and resumed with a fresh `GradScaler` restarts its search for the scale (and, with the default
-# 65536, may lose its first steps to overflows again). So a checkpoint holds `scaler.state_dict()` — scale,
+# 65536, may lose its first steps to overflows again). So a **checkpoint** (检查点) holds `scaler.state_dict()` — scale,
 # `growth_factor`, `backoff_factor`, `growth_interval` and `_growth_tracker` — beside the model and the optimizer;
 # `save_checkpoint(directory, model=..., optimizer=..., scaler=..., step=...)` and `load_checkpoint(directory,
 # model=..., optimizer=..., scaler=...)` from `utils.checkpoint_files` (notebook 06) do it. Below, a small model trains

@@ -2,20 +2,20 @@
 # # 08 · DataParallel and DistributedDataParallel (数据并行与分布式数据并行)
 #
 # **What you learn.** How one model is trained on several devices (or machines) at once by splitting every
-# batch between them — *data parallelism* (数据并行) — and how to do it for real:
+# batch between them — **data parallelism** (数据并行) — and how to do it for real:
 #
 # 1. `nn.DataParallel`: the notes' `RandomDataset`/`Model` demo, `model.module`, the `module.` prefix, and why
 #    PyTorch recommends DDP instead;
 # 2. process groups, ranks and world size, on a job of two "machines" × two processes; `torchrun` and the
 #    environment it gives each process; `mp.spawn` and the process-group `timeout`; the notes'
 #    `torch.distributed.launch` as history;
-# 3. a complete DistributedDataParallel (分布式数据并行, DDP) program written in this notebook: proved to equal
+# 3. a complete **DistributedDataParallel** (分布式数据并行, DDP) program written in this notebook: proved to equal
 #    one process with a batch twice as big; what DDP sends besides gradients (parameters once, BatchNorm buffers
 #    every forward); gradient accumulation with `no_sync()`, with the all-reduces counted; `DistributedSampler`
 #    and `set_epoch`; a checkpoint written by rank 0 and loaded everywhere with `map_location`;
 # 4. synchronised BatchNorm (同步批归一化) written by hand with **one** `all_reduce`, and the ring all-reduce
 #    written with `send`/`recv`, with the notes' communication counts (naive vs ring) *measured*;
-# 5. fault tolerance (容错) with `--max_restarts` and a resume that continues every rank's random stream, the linear
+# 5. **fault tolerance** (容错) with `--max_restarts` and a resume that continues every rank's random stream, the linear
 #    learning-rate scaling rule with warm-up, and CUDA streams.
 #
 # **Before this notebook.** A training loop with an optimizer (notebooks 02–05) and saving/loading a
@@ -217,7 +217,7 @@ if device.type == "cpu":
 # **Why PyTorch recommends DDP instead, even on one machine** (the notes list the reasons):
 #
 # * DataParallel is *one process with one thread per GPU*: the Python parts of every replica's forward pass
-#   compete for the GIL (全局解释器锁).
+#   compete for Python's **global interpreter lock** (全局解释器锁, GIL).
 # * It **replicates the model on every forward pass** (parameters are broadcast from GPU 0 every step), and
 #   scatters inputs and gathers outputs through GPU 0, which therefore needs more memory and does more work
 #   (the notes: low GPU utilisation, communication as the bottleneck).
@@ -234,8 +234,8 @@ if device.type == "cpu":
 #   which deprecated it with a `FutureWarning`, shown in section 3. It is not a plain rename:
 #   `broadcast_buffers=False` also left the buffers out of the constructor's broadcast, while
 #   `forward_sync_buffers=False` only stops the per-forward one; the constructor always copies rank 0's.)
-# * **gradients, during every backward**: DDP groups the parameters into *buckets* (桶, about 25 MiB each,
-#   `bucket_cap_mb`; the first one smaller) in roughly the reverse order of `model.parameters()` (from the
+# * **gradients, during every backward**: DDP groups the parameters into buckets, each **bucket** (桶) about 25 MiB
+#   (`bucket_cap_mb`; the first one smaller), in roughly the reverse order of `model.parameters()` (from the
 #   second iteration on, in the order the gradients actually became ready in the first). As soon as
 #   every gradient of a bucket is computed, an asynchronous `all_reduce` of that bucket starts while autograd
 #   keeps computing the gradients of earlier layers — communication overlaps with the backward pass. Each
@@ -247,7 +247,7 @@ if device.type == "cpu":
 # ## 2. Processes, ranks, and how to start them
 #
 # A DDP program is one script started N times, as N processes. They form a **process group** (进程组): the set
-# of processes that take part in collective communication (集合通信). Its vocabulary, which the notes (004) get
+# of processes that take part in **collective communication** (集合通信). Its vocabulary, which the notes (004) get
 # wrong in two places:
 #
 # * **world size** (世界大小): the number of *processes* in the job. The notes say "the number of machines for
@@ -268,7 +268,7 @@ if device.type == "cpu":
 # | `WORLD_SIZE` | number of processes in the whole job (all nodes) |
 # | `LOCAL_WORLD_SIZE` | processes on this node (`--nproc_per_node`) |
 # | `GROUP_RANK` | index of this node (`--node_rank`) |
-# | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous (会合) store runs (node 0) |
+# | `MASTER_ADDR`, `MASTER_PORT` | where the **rendezvous** (会合) store runs (node 0) |
 #
 # `--standalone` means "a single node: pick a free port yourself". On a cluster you start one `torchrun` per
 # machine with the same `--nnodes`, `--nproc_per_node`, `--master_addr` (machine 0's address) and
@@ -278,7 +278,7 @@ if device.type == "cpu":
 #
 # The smallest program, written by the next cell into `runs/hello.py`, reports its variables and runs three
 # collectives:
-# `all_reduce` (全规约: every rank ends with the sum), `all_gather` (every rank ends with everybody's value) and
+# **all-reduce** (全归约; `all_reduce`: every rank ends with the sum), `all_gather` (every rank ends with everybody's value) and
 # `broadcast` (广播: rank 0's value is copied to everyone). It joins and leaves the process group through
 # `utils.ddp.common.distributed()`, a context manager that calls `destroy_process_group()` however the block
 # ends. It runs here as a job of **2 "machines" × 2 processes**: two `torchrun` agents, both on this computer
@@ -419,7 +419,7 @@ assert torchrun_cmd == ["-u", "train.py", "--lr", "0.2"]  # LOCAL_RANK only in t
 # (In a script run with `python train.py` it works, because the child re-runs the script's top level under the
 # name `__mp_main__` — which is also why such scripts need `if __name__ == "__main__":`.)
 #
-# The worker also shows `init_process_group(..., timeout=...)` (超时): how long a collective (or `barrier`) waits
+# The worker also shows the **timeout** (超时) of `init_process_group(..., timeout=...)`: how long a collective (or `barrier`) waits
 # for the other ranks before it fails, instead of hanging for ever. Rank 1 never enters the barrier; rank 0's
 # barrier raises after 2 s. The defaults in PyTorch 2.14 (`torch.distributed.constants`) are **30 minutes**
 # for gloo and other backends and **10 minutes** for NCCL (`None` in a PyTorch built without NCCL), whose
@@ -577,14 +577,14 @@ def buffers_demo(device, rank):
 
 
 # %% [markdown]
-# **Gradient accumulation (梯度累积) with `no_sync()`.** To train with a global batch too big for memory,
-# run k micro-batches and step once. Under DDP every `backward()` would all-reduce; the context manager
+# **Accumulating gradients with `no_sync()`.** To train with a global batch too big for memory,
+# run k micro-batches and step once: **gradient accumulation** (梯度累加). Under DDP every `backward()` would all-reduce; the context manager
 # `ddp.no_sync()` turns that off, so the gradients simply add up in each rank's `.grad`, and the *last*
 # micro-batch's normal backward all-reduces the accumulated sum once. DDP decides whether a backward will
 # synchronise **during the forward** (its forward prepares the reducer), so the forward must be inside
 # `no_sync()` too. The piece below tries three ways on 16 samples (8 per rank, k = 4 micro-batches of 2),
-# counts the all-reduces with a **communication hook** (通信钩子, `register_comm_hook`: DDP calls it for every bucket
-# whose gradients are ready and uses the future it returns; this one counts, then does what DDP does by
+# counts the all-reduces with a **communication hook** (通信钩子), registered with `register_comm_hook` (DDP calls it for
+# every bucket whose gradients are ready and uses the future it returns; this one counts, then does what DDP does by
 # default through `default_hooks.allreduce_hook`), and keeps the gradients to compare with one process
 # computing the whole batch of 16.
 
@@ -638,7 +638,7 @@ def no_sync_demo(ddp, module, x, y, k, device):
 #    to that GPU (NCCL then creates its communicator at once, so errors show up here rather than at the first
 #    collective, and `barrier()` knows which GPU to use). gloo on the CPU needs no device;
 # 2. wrap the model: `DDP(model, device_ids=[local_rank])` on a GPU, **no `device_ids`** for a CPU model;
-# 3. give each rank its shard (分片) of the data with `DistributedSampler`, and call `set_epoch(epoch)` before
+# 3. give each rank its **shard** (分片) of the data with `DistributedSampler`, and call `set_epoch(epoch)` before
 #    each epoch so that the shuffle changes;
 # 4. after each epoch, the checkpoint protocol of the notes: **rank 0** writes it (the parameters are equal
 #    everywhere; written to a temporary file and renamed, so it is never half-written), `dist.barrier()` makes
@@ -1022,7 +1022,7 @@ assert not dist.is_initialized()
 # BatchNorm normalises with the mean and variance of the batch. Under DDP each process sees only its shard, so
 # plain BatchNorm uses the statistics of B samples instead of the global batch — harmless for large per-GPU
 # batches, harmful for small ones (detection and segmentation, with 2 images per GPU, the notes say).
-# **Synchronised BatchNorm** (同步批归一化, SyncBN) computes the statistics of the whole global batch.
+# The cure is **synchronised BatchNorm** (同步批归一化, SyncBN), which computes the statistics of the whole global batch.
 #
 # The notes' derivation: with $m$ samples in total,
 # $\mu = \frac1m\sum_i x_i$ and $\sigma^2 = \frac1m\sum_i (x_i-\mu)^2 = \frac1m\sum_i x_i^2 - \mu^2$.
@@ -1138,7 +1138,7 @@ def make_inputs(world_size, per_rank=2, channels=3, length=5, seed=0):
 #
 # * **naive**: machine 0 receives the other three vectors (12 numbers), adds, and sends the sum back to each
 #   (12 numbers). Machine 0's traffic grows with the number of machines: it is the bottleneck.
-# * **ring** (环形全规约): cut each vector into 4 chunks. In 3 *scatter-reduce* steps every machine sends one
+# * **ring all-reduce** (环形全归约): cut each vector into 4 chunks. In 3 *scatter-reduce* steps every machine sends one
 #   chunk to its right neighbour and adds the chunk arriving from its left; then each machine holds one complete
 #   sum. In 3 *all-gather* steps the complete chunks travel round the ring. Every machine sends 2·(N−1)·L/N
 #   numbers and receives as many: for large N about 2L each way, whatever N is.
@@ -1560,7 +1560,7 @@ assert resumed_steps == list(range(4, 12)) and not torch.equal(cres[0]["noise"][
 # With N processes and batch B each, one step sees N·B samples, and an epoch has N times fewer steps. The
 # notes' rule (Goyal et al., *Training ImageNet in 1 Hour*): multiply the learning rate by the same factor,
 # lr = base_lr × (global batch / base batch). A large learning rate at the very start, when the weights are
-# random, can make training diverge, so it is reached by a **linear warm-up** (预热) over the first epochs. The
+# random, can make training diverge, so it is reached by a linear **warm-up** (预热) over the first epochs. The
 # notes add from experience that the full factor is not always best; half of it sometimes works as well. (For
 # Adam-type optimizers a square-root rule is often used instead.)
 #
@@ -1813,10 +1813,10 @@ ex.check(3, merge_bn_stats)
 #   `destroy_process_group()`. The process group's `timeout` (30 min for gloo, 10 min for NCCL) turns a missing
 #   peer into an error.
 # * DDP broadcasts parameters and buffers once (constructor, whatever `forward_sync_buffers` says), **buffers
-#   before every forward** (`forward_sync_buffers=True`, the default), and all-reduces (全规约) gradients in
+#   before every forward** (`forward_sync_buffers=True`, the default), and all-reduces (全归约) gradients in
 #   buckets during backward, averaged; a parameter that gets no gradient needs `find_unused_parameters=True`. With batch B on N processes it trains
 #   exactly like one process with batch N·B (proved above to 1e-6).
-# * Gradient accumulation (梯度累积): put the forward *and* backward of all but the last micro-batch inside
+# * Gradient accumulation (梯度累加): put the forward *and* backward of all but the last micro-batch inside
 #   `no_sync()`: 1 all-reduce instead of k, the same gradient.
 # * Checkpoints for a restartable job hold the model, the optimizer and **every rank's RNG state**; with `torchrun
 #   --max_restarts` and a resume at start, a crashed job finishes bit for bit like an uninterrupted one.

@@ -5,15 +5,15 @@
 # on every process. That stops working when one copy no longer fits on one device. This notebook shows what
 # PyTorch 2.14 offers beyond it, on real processes:
 #
-# 1. **ZeRO and FSDP2**: shard (分片) parameters, gradients and optimizer states across ranks —
-#    *fully sharded data parallel* (完全分片数据并行). `fully_shard` on a device mesh (设备网格), parameters that
-#    become distributed tensors (分布式张量, `DTensor`), the all-gathers and reduce-scatters it runs, proved equal
+# 1. **ZeRO and FSDP2**: **sharding** (分片) parameters, gradients and optimizer states across ranks —
+#    **fully sharded data parallel** (完全分片数据并行). `fully_shard` on a **device mesh** (设备网格), parameters that
+#    each become a **distributed tensor** (分布式张量, `DTensor`), the all-gathers and reduce-scatters it runs, proved equal
 #    to one process; the bytes each rank holds, from the real shards;
-# 2. **distributed checkpoints** (分布式检查点, `torch.distributed.checkpoint`): two ranks write their own shards
-#    in parallel, and one process reads them back with another sharding (重分片, resharding 2 → 1);
+# 2. a **distributed checkpoint** (分布式检查点, `torch.distributed.checkpoint`): two ranks write their own shards
+#    in parallel, and one process reads them back with another sharding: **resharding** (重分片), 2 → 1;
 # 3. why evaluating with a padded `DistributedSampler` gives a **wrong metric**, and the fix;
-# 4. splitting the **model** instead of the batch: data / tensor / pipeline parallelism (数据并行 / 张量并行 /
-#    流水线并行), DDP over the notes' two-device `ToyMpModel`, and a column/row-parallel MLP on two ranks;
+# 4. splitting the **model** instead of the batch: **data parallelism** (数据并行), **tensor parallelism** (张量并行) and
+#    **pipeline parallelism** (流水线并行), DDP over the notes' two-device `ToyMpModel`, and a column/row-parallel MLP on two ranks;
 # 5. `torch.compile` with DDP: how the graph is cut at bucket boundaries so communication overlaps backward.
 #
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
@@ -79,8 +79,8 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| glo
 #
 # **How ZeRO-3 still computes with full layers.** Each rank keeps 1/N of every parameter. Just before a layer
 # runs forward, the ranks **all-gather** (全收集) its shards into the full weight, compute, and free it again;
-# backward gathers it once more, computes gradients for the rank's own batch, and **reduce-scatters**
-# (规约散射) them: each rank receives the reduction (FSDP2: the average) of everyone's gradients, but only for
+# backward gathers it once more, computes gradients for the rank's own batch, and the ranks **reduce-scatter** (归约散射)
+# them: each rank receives the reduction (FSDP2: the average) of everyone's gradients, but only for
 # its own shard. The optimizer then updates the local shards only. Count the traffic per step in units of Ψ
 # (one copy of the model): notebook 08 built DDP's all-reduce as a reduce-scatter followed by an all-gather,
 # Ψ + Ψ = 2Ψ. ZeRO-3 reduce-scatters the gradients (Ψ) and all-gathers the parameters twice, for forward and
@@ -90,7 +90,7 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| glo
 # **FSDP2** is PyTorch's ZeRO-3: `torch.distributed.fsdp.fully_shard(module, mesh=...)`. It replaces every
 # parameter of `module` by a `DTensor` (`torch.distributed.tensor`) — a tensor that knows its **global** shape and
 # how it is laid out over a `DeviceMesh` (here a 1-D mesh of the 2 ranks, `init_device_mesh("cpu", (2,))`):
-# the placement (放置方式) `Shard(0)` means "cut along dimension 0, one piece per rank" (`torch.chunk` pieces,
+# the **placement** (放置方式) `Shard(0)` means "cut along dimension 0, one piece per rank" (`torch.chunk` pieces,
 # so a dimension of 3 becomes 2 + 1 rows). `.to_local()` is the piece this rank stores; `.full_tensor()`
 # all-gathers the whole. The two other placements appear in section 4: `Replicate()`, a whole copy on every
 # rank, and `Partial()`, every rank holds a summand and the value is their sum, still to be all-reduced.
@@ -341,7 +341,7 @@ assert sorted(f for _, f in where["model.2.weight"]) == ["__0_0.distcp", "__1_0.
 assert len(where["optim.state.2.weight.step"]) == 1  # a replicated scalar is written once, not by every rank
 
 # %% [markdown]
-# **Resharding 2 → 1** (重分片): this notebook process has no process group at all. `dcp.load` fills a state
+# **Resharding 2 → 1.** This notebook process has no process group at all. `dcp.load` fills a state
 # dict **in place**, so we hand it a plain, freshly initialised model's `state_dict()` (its tensors say which
 # keys and shapes we want), then `load_state_dict` as usual. Only the model's keys are requested: the
 # optimizer's entries in the checkpoint are simply not read. `dcp.load` warns that it runs without
@@ -719,8 +719,8 @@ assert (
 # %% [markdown]
 # ## 5. `torch.compile` with DDP: graphs cut at bucket boundaries
 #
-# DDP overlaps communication with backward: gradients are grouped into **buckets** (桶), and as soon as the
-# autograd engine has produced every gradient of a bucket, a hook starts its all-reduce while backward
+# DDP overlaps communication with backward: gradients are grouped into buckets, and as soon as the
+# autograd engine has produced every gradient of a **bucket** (桶), a hook starts its all-reduce while backward
 # continues. In PyTorch 2.14 the first backward runs with a single bucket; DDP then rebuilds the buckets in the
 # order the gradients arrived, with `bucket_cap_mb` (25 MiB by default) per bucket and a first bucket of 1 MiB
 # when you leave `bucket_cap_mb` at its default (a value you set applies to the first bucket too). The script

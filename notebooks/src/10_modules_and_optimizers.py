@@ -9,8 +9,8 @@
 #    a hand-written LayerNorm, biased and unbiased variance.
 # 2. **Optimizers and schedules**: the optimizer's references to parameters, parameter groups (参数组), no
 #    weight decay for biases and norms, `LBFGS` with a closure, learning-rate schedulers (学习率调度器: the
-#    notes' `LambdaLR` examples, warm-up, cosine, one-cycle, plateau), stochastic weight averaging (随机权重平均)
-#    and EMA, gradient clipping (梯度裁剪), and the one case where gradient accumulation is not the big batch.
+#    notes' `LambdaLR` examples, warm-up, cosine, one-cycle, plateau), **stochastic weight averaging** (随机权重平均)
+#    and EMA, **gradient clipping** (梯度裁剪), and the one case where gradient accumulation is not the big batch.
 #
 # **You should know:** tensors, autograd and a training loop (notebooks 01–04). Several basics this notebook
 # builds on are taught earlier and only linked here: `clone`/`detach` ([notebook 01](01_tensors.ipynb), §9),
@@ -153,14 +153,14 @@ assert sum(p.numel() for p in Blocks(nn.ModuleList).parameters()) == 3 * (16 + 4
 # %% [markdown]
 # ### 1.3 Counting and freezing parameters: see notebooks 02 and 06
 #
-# Counting parameters with `numel`, freezing (冻结) with `requires_grad_(False)` and counting only the trainable
+# Counting parameters with `numel`, **freezing** (冻结) with `requires_grad_(False)` and counting only the trainable
 # ones are taught in [notebook 02](02_autograd.ipynb), §10; BatchNorm's running statistics, buffers that a
 # checkpoint must save although they are not parameters, in [notebook 06](06_save_load_checkpoints.ipynb), §1.
 #
 # ### 1.4 Initialisation by walking `modules()`
 #
 # `model.modules()` yields every module recursively (the model itself first), and `named_modules()` yields
-# `(name, module)` pairs with dotted names. The notes' initialisation (初始化) loop uses **Kaiming (He) initialisation**
+# `(name, module)` pairs with dotted names. The notes' **initialisation** (初始化) loop uses **Kaiming (He) initialisation**
 # for convolutions followed by ReLU: weights drawn from a normal distribution with standard deviation
 # $\sqrt{2/\text{fan}}$, where `mode="fan_out"` uses fan = out_channels × kernel area. `model.apply(fn)` is the
 # same walk written as a callback. We check the measured standard deviation against the formula.
@@ -221,7 +221,7 @@ assert len(conv_model) == 2
 # ### 1.5 Custom layers, with and without parameters
 #
 # A layer without parameters only needs `forward`: the notes' `Norm` standardises its input. Note that `x.std()` is
-# the **unbiased** estimate (无偏估计, divide by n − 1): for 0, 1, …, 10 the variance is 110 / 10 = 11, so the last
+# the **unbiased estimate** (无偏估计, divide by n − 1): for 0, 1, …, 10 the variance is 110 / 10 = 11, so the last
 # value is 5/√11 = 1.5076, exactly the output printed in the notes.
 
 
@@ -292,7 +292,7 @@ print("nn.Linear weight shape:", tuple(as_layers[0].weight.shape), "-> same outp
 # ### 1.6 `train()` and `eval()`: Dropout
 #
 # A module starts in training mode, but the notes advise switching explicitly with `model.train()` and
-# `model.eval()`. **Dropout (丢弃)** behaves differently in the two modes. In training it zeroes each element with
+# `model.eval()`. **Dropout** (丢弃法) behaves differently in the two modes. In training it zeroes each element with
 # probability `p` and multiplies the survivors by 1/(1 − p), so the expected value of every element is unchanged
 # ("inverted dropout"); in evaluation it returns the input unchanged. With p = 0.3 the survivors of
 # `[1, 2, 3, 4, 5]` become `x / 0.7`, e.g. 2.8571 for 2, the numbers in the notes (which elements are dropped is
@@ -328,7 +328,7 @@ assert all(not layer.training for layer in drop.modules())  # eval() reaches eve
 # ### 1.8 LayerNorm by hand, and biased versus unbiased variance
 #
 # `torch.var` and `torch.std` compute the unbiased estimate by default (divide by n − 1), as the notes stress.
-# LayerNorm normalises with the **biased** variance (有偏估计, divide by n). The notes' hand-written LayerNorm
+# LayerNorm normalises with the variance's **biased estimate** (有偏估计, divide by n). The notes' hand-written LayerNorm
 # therefore rescales the unbiased variance by (C − 1)/C. Today the clearer spelling is `var(correction=0)`
 # (`correction` generalises the older `unbiased=` flag, which still works). NumPy's `np.var` is biased by
 # default: another trap when porting code.
@@ -454,7 +454,7 @@ assert refused is not None and "more than one parameter group" in str(refused)
 # %% [markdown]
 # ### 2.3 No weight decay for biases and normalisation weights
 #
-# **Weight decay (权重衰减)** pulls weights toward zero. Many training recipes exempt biases and the scale and
+# A **weight decay (权重衰减)** term pulls weights toward zero. Many training recipes exempt biases and the scale and
 # shift of normalisation layers: they are few numbers that cannot overfit by growing large, so decaying them only
 # drags each channel's output scale and offset toward zero, a constraint on what the network can represent rather
 # than a regulariser. This is common practice rather than a law: decaying them can hurt, the evidence that exempting them helps comes from
@@ -541,7 +541,7 @@ assert calls > 2
 # %% [markdown]
 # ### 2.5 Learning-rate schedulers: the notes' `LambdaLR` examples
 #
-# A **learning-rate scheduler (学习率调度器**; the notes say 学习率调整策略) changes `param_groups[i]["lr"]` each
+# A **learning-rate scheduler** (学习率调度器; the notes say 学习率调整策略) changes `param_groups[i]["lr"]` each
 # time `scheduler.step()` is called. `LambdaLR` sets `lr = base_lr * f(epoch)`, where `epoch` counts the
 # scheduler's steps. The notes' first example uses f(e) = (e + 1)²: with base 0.1 the rates are 0.1, 0.4, 0.9, 1.6, and since the gradient of `sum(x)` is 1,
 # `x` moves by exactly the current rate. The notes print the rate with `scheduler.get_lr()`; the public method
@@ -812,7 +812,8 @@ assert flat_after.abs().max() <= 0.5 and cosine < 0.999
 # %% [markdown]
 # ### 2.9 Gradient accumulation (梯度累加), and BatchNorm
 #
-# Accumulating gradients over micro-batches, each loss divided by their number, gives the large-batch gradient:
+# Accumulating gradients over micro-batches, each loss divided by their number — **gradient accumulation** (梯度累加) —
+# gives the large-batch gradient:
 # [notebook 02](02_autograd.ipynb), §4 shows why `.grad` accumulates, and [notebook 07](07_mixed_precision.ipynb),
 # §4 writes the recipe. The notes add a caveat that is checked here: BatchNorm normalises each micro-batch with
 # its own statistics, so with BatchNorm the two gradients differ.

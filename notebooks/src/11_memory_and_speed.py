@@ -6,12 +6,12 @@
 #
 # 1. **activation checkpointing** (激活重计算): recompute instead of store, memory counted with saved-tensor
 #    hooks, the √N rule, peak memory on CUDA, and why `use_reentrant=False`;
-# 2. **in-place operations** (原地操作): `ReLU(inplace=True)` and autograd's version counter;
+# 2. the **in-place operation** (原地操作): `ReLU(inplace=True)` and autograd's version counter;
 # 3. **DataLoader throughput**: worker processes, `persistent_workers`, pinned memory, `channels_last`;
 # 4. **`torch.compile`**: a whole *training step* compiled, its graph breaks (`fullgraph=True`), what a new input
-#    shape costs (automatic dynamic shapes, counted), and the operator fusion (算子融合) it buys;
+#    shape costs (automatic dynamic shapes, counted), and the **operator fusion** (算子融合) it buys;
 # 5. **Conv+BN fusion** for inference;
-# 6. **int8 quantisation** (量化) with torchao;
+# 6. int8 **quantisation** (量化) with torchao;
 # 7. **profiling** (性能剖析) with `torch.profiler` and `cProfile`.
 #
 # **You should know:** autograd and a training loop (notebooks 02–04); hooks (notebook 03) help in section 1.
@@ -19,7 +19,7 @@
 # §4; the in-place errors of autograd in [notebook 03](03_dynamic_graphs_and_hooks.ipynb), §8; worker processes
 # and samplers in [notebook 04](04_mnist_cnn.ipynb), §3–5.
 #
-# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 25 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 20 s on the 2-core course machine (one thread, measured by
 # `make execute` with a warm `torch.compile` cache); the first run on a machine spends about 15 s more while
 # Inductor builds its C++ kernels.
 #
@@ -358,11 +358,11 @@ assert all(m.inplace for m in cnn.modules() if isinstance(m, nn.ReLU))
 # %% [markdown]
 # ## 3. DataLoader throughput, pinned memory, `cudnn.benchmark`, `channels_last`
 #
-# The notes' speed tips start with data loading (数据加载): reading and decoding files in the main process leaves
+# The notes' speed tips start with **data loading** (数据加载): reading and decoding files in the main process leaves
 # the model waiting. **`num_workers=k`** starts k processes that prepare batches in parallel;
 # **`persistent_workers=True`** keeps them alive between epochs instead of starting new ones each epoch;
 # **`batch_size`** sets how much work each transfer carries; **`pin_memory=True`** puts batches in page-locked
-# (固定内存) host memory, which a GPU can copy from asynchronously.
+# host memory, **pinned memory** (固定内存), which a GPU can copy from asynchronously.
 #
 # We use a synthetic image data set that spends 1 ms per sample "reading a file" (a sleep, so the measurement does
 # not depend on how busy the shared CPU is) and reports which process loaded each sample. It lives in
@@ -555,8 +555,8 @@ assert "Unsupported Tensor.backward() call" in text
 # Dynamo specialises a graph to what it saw (shapes, dtypes, `requires_grad`, `training`, Python constants) and
 # guards those assumptions; when a guard fails on a later call, it compiles again. For shapes it is economical:
 # with `automatic_dynamic_shapes` (on by default), the first call compiles for its exact sizes; when a second
-# distinct size arrives, Dynamo recompiles **once** with that dimension **dynamic** (动态形状: a symbolic size,
-# `SymInt`); later sizes reuse that graph. (Sizes 0 and 1 are always specialised.) A backend that records what it
+# distinct size arrives, Dynamo recompiles **once** with **dynamic shapes** (动态形状): that dimension becomes a
+# symbolic size, a `SymInt`; later sizes reuse that graph. (Sizes 0 and 1 are always specialised.) A backend that records what it
 # is given shows it; it is called once per compiled graph.
 
 # %%
@@ -605,7 +605,7 @@ assert len(compiles) == 4
 #
 # Eager PyTorch runs one kernel per operation, each reading and writing the whole tensor. Our small model writes
 # GELU out by hand (its tanh approximation, as research code often does): eight element-wise operations on a
-# 1024 × 1024 activation, which Inductor **fuses** (算子融合) into a single loop. (The matrix products are handed
+# 1024 × 1024 activation, which Inductor fuses (算子融合) into a single loop. (The matrix products are handed
 # to the same BLAS library either way.) This is the expensive backend: the **first call compiles** C++ (seconds to
 # tens of seconds on a laptop), later calls with the same shapes run the compiled code. Inductor caches compiled
 # kernels and graphs on disk (in the system's temporary directory unless `TORCHINDUCTOR_CACHE_DIR` says

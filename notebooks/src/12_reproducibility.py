@@ -3,8 +3,8 @@
 #
 # **What you learn.** How to make a training run repeat bit for bit, and what breaks it:
 #
-# 1. one random seed (随机种子) for every generator, and why `PYTHONHASHSEED` set inside a program does nothing;
-# 2. deterministic algorithms (确定性算法): `torch.use_deterministic_algorithms`, what it refuses, what cuDNN
+# 1. one **random seed** (随机种子) for every generator, and why `PYTHONHASHSEED` set inside a program does nothing;
+# 2. the **deterministic algorithm** (确定性算法) switch: `torch.use_deterministic_algorithms`, what it refuses, what cuDNN
 #    needs, and why the `CUBLAS_WORKSPACE_CONFIG` variable that older guides require is no longer needed;
 # 3. proof: two seeded training runs give identical parameters, one extra random draw changes them, and why
 #    another machine may still differ in the last bits;
@@ -15,7 +15,7 @@
 # [notebook 07](07_mixed_precision.ipynb), §4; choosing GPUs with `CUDA_VISIBLE_DEVICES` in the setup of
 # [notebook 08](08_data_parallel_ddp.ipynb). They are only linked here.
 #
-# **Study time:** about 40 min (15 of them for the exercises). **Run time:** 10 s on the 2-core course machine (one thread, measured by
+# **Study time:** about 40 min (15 of them for the exercises). **Run time:** 5 s on the 2-core course machine (one thread, measured by
 # `make execute`).
 #
 # **On a GPU:** section 2 checks, in a fresh process without `CUBLAS_WORKSPACE_CONFIG`, that deterministic mode
@@ -49,7 +49,7 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type)
 # %% [markdown]
 # ## 1. One seed for every generator
 #
-# **Reproducibility (可复现性**, the notes also say 重现) starts with the seeds. A run draws random numbers from
+# A run's **reproducibility** (可复现性; the notes also say 重现) starts with the seeds. A run draws random numbers from
 # Python's `random`, NumPy, torch's CPU generator and one generator per CUDA device. The notes' `seed_torch`
 # seeds all of them with one random seed (随机种子); the course's `utils.seed_everything(seed)` does the same
 # (`torch.manual_seed` also seeds every CUDA device). Re-seeding replays every generator.
