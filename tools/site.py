@@ -9,11 +9,13 @@ MathJax 2 for the formulas, copied from the ``jupyter-server-mathjax`` package. 
 The staged pages:
 
 - ``index.md``, the landing page: the syllabus, made from the README's table (:func:`tools.lab.syllabus`);
-- one page per lesson, from a copy of its ``.ipynb`` with a download link at the top and an anchor on each
-  key term's first use; the untouched ``.ipynb`` is published in ``downloads/``;
+- one page per lesson, from a copy of its ``.ipynb`` with a download link at the top, an anchor on each
+  key term's first use and its links to other lessons pointing at their pages; the untouched ``.ipynb`` is
+  published in ``downloads/``;
 - ``glossary.md``, every key term with its Chinese term, collected from the lessons (:func:`key_terms`),
   each linking to where it is taught;
-- ``run_locally.md``, the README's sections on running the course.
+- ``run_locally.md``, how to get the course (``downloads/torch-course.zip``: all of it but ``solutions/``) and
+  run it, with the README's two commands and its guide to the exercises.
 
 The exercises are published as the learner meets them, without solutions: those live in ``solutions/``,
 which the build never reads. Used by no notebook; ``tests/test_site.py`` and ``tests/browser/test_site.py``
@@ -34,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,8 +99,8 @@ def lessons() -> list[Path]:
 def key_terms(notebooks: list[Path]) -> dict[str, list[Term]]:
     """{Chinese term: its uses, first per lesson, in course order}. The first is where it is taught."""
     terms: dict[str, list[Term]] = {}
-    used: set[str] = set()
     for path in notebooks:
+        used: set[str] = set()  # anchors are unique within a lesson, so that one lesson's edits move no other's
         # a lesson's .ipynb, or its jupytext source (``python -m tools.site --terms notebooks/src/*.py``)
         nb = jupytext.read(path) if path.suffix == ".py" else nbformat.read(path, as_version=4)
         for cell in nb.cells:
@@ -119,7 +122,7 @@ def key_terms(notebooks: list[Path]) -> dict[str, list[Term]]:
     return terms
 
 
-def stage_lesson(path: Path, terms: dict[str, list[Term]], placed: set[str], dest: Path) -> None:
+def stage_lesson(path: Path, terms: dict[str, list[Term]], placed: set[tuple[str, str]], dest: Path) -> None:
     """The lesson's page (its notebook with a download link and the key terms' anchors) and its download."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
@@ -127,7 +130,8 @@ def stage_lesson(path: Path, terms: dict[str, list[Term]], placed: set[str], des
             cell.source = LESSON_LINK.sub(r"](\1.html\2)", _anchored(cell.source, path.name, terms, placed))
     link = nbformat.v4.new_markdown_cell(
         f'<p class="download">Download this lesson: <a href="downloads/{path.name}" download>{path.name}</a>'
-        ' · <a href="run_locally.html">run it yourself</a></p>'
+        f' (it runs inside <a href="downloads/{COURSE_ZIP}">the course</a>) ·'
+        ' <a href="run_locally.html">run it yourself</a></p>'
     )
     # after the title, so that the page's title stays the notebook's first heading
     title, _, rest = nb.cells[0].source.partition("\n")
@@ -137,21 +141,25 @@ def stage_lesson(path: Path, terms: dict[str, list[Term]], placed: set[str], des
     shutil.copy2(path, dest / "downloads" / path.name)
 
 
-def _anchored(source: str, lesson: str, terms: dict[str, list[Term]], placed: set[str]) -> str:
+def _anchored(source: str, lesson: str, terms: dict[str, list[Term]], placed: set[tuple[str, str]]) -> str:
     def mark(m: re.Match) -> str:
         zh = chinese(m["zh1"] or m["zh2"])
         for t in terms.get(zh, []):
-            if t.lesson == lesson and t.anchor not in placed:
-                placed.add(t.anchor)
+            if t.lesson == lesson and (lesson, t.anchor) not in placed:
+                placed.add((lesson, t.anchor))
                 return f'<a id="{t.anchor}" class="key-term"></a>{m[0]}'
         return m[0]
 
     return KEY_TERM.sub(mark, source)
 
 
-def glossary_page(terms: dict[str, list[Term]]) -> str:
+def glossary_page(terms: dict[str, list[Term]], titles: dict[str, str] | None = None) -> str:
+    """The glossary's Markdown; ``titles`` ({file: lesson title}) names each lesson link's target on hover."""
+    titles = titles or {}
+
     def link(t: Term) -> str:
-        return f"[{t.lesson[:2]}]({t.lesson}#{t.anchor})"
+        title = f' "{t.lesson[:2]} · {titles[t.lesson]}"' if t.lesson in titles else ""
+        return f"[{t.lesson[:2]}]({t.lesson}#{t.anchor}{title})"
 
     rows = [
         f"| {uses[0].en} | {html.escape(zh)} | {link(uses[0])} | {', '.join(link(t) for t in uses[1:])} |"
@@ -199,19 +207,44 @@ how long all its cells take on a 2-core CPU.
 """
 
 
-README_SECTIONS = ("## Two commands", "## Exercises (练习)")
-"""The README sections that make the page on running the course yourself."""
+COURSE_ZIP = "torch-course.zip"
+"""The course as ``make site`` found it (the files git tracks) less ``solutions/``, in ``downloads/``: the
+lessons import ``utils/`` and read ``data/``, so a lesson's ``.ipynb`` alone does not run."""
 
 
 def run_locally_page(readme: str) -> str:
-    parts = ["# Run the course yourself", ""]
-    for heading in README_SECTIONS:
-        start = readme.index(heading)
-        end = readme.find("\n## ", start + 1)
-        section = readme[start : end if end >= 0 else None]
-        section = section.split("**Why a small checker", 1)[0]  # the design note is for the course's authors
-        parts.append(_site_links(section).rstrip() + "\n")
-    return "\n".join(parts)
+    """How a reader of the site gets the course and runs it: the README's two commands, and its exercises' part
+    for learners (up to its part for teachers)."""
+    commands = re.search(r"## Two commands\n\n(```bash\n.*?```)", readme, re.S)
+    learners = re.search(r"\*\*For learners\.\*\* (.*?)\n\*\*For teachers\.\*\*", readme, re.S)
+    if not (commands and learners):
+        raise ValueError("README.md: no '## Two commands' code block, or no '**For learners.**' paragraph")
+    return f"""# Run the course yourself
+
+The pages of this site are the lessons with their stored outputs; to run the code, change it and do the
+exercises, run the course on your own machine. It needs Python 3.10 to 3.13, `make` and access to the Python
+package registry (it installs PyTorch and JupyterLab into its own `.venv`); no GPU.
+
+## 1. Get the course
+
+Download [the course](downloads/{COURSE_ZIP}) (everything but the teachers' solutions) and unzip it. A
+lesson's own `.ipynb` (the download link at the top of each lesson) does not run alone: every lesson imports
+the course's `utils/` package and reads its `data/`.
+
+## 2. Two commands
+
+In the unzipped `torch-course/` folder:
+
+{commands[1]}
+
+`make lab` opens JupyterLab on the start page, which lists the lessons in order. Without `make` (Windows),
+`python tools/course.py lab` and `python tools/course.py test` do the same. The course's `README.md` says more:
+the lock, the tests, how each notebook is checked.
+
+## 3. Exercises (练习)
+
+{_site_links(learners[1].strip())}
+"""
 
 
 def _site_links(markdown: str) -> str:
@@ -226,6 +259,31 @@ def _site_links(markdown: str) -> str:
         return text if text.startswith("`") else f"`{target}`" if text == target else text
 
     return re.sub(r"\[([^]]+)\]\(([^)\s]+)\)", fix, markdown)
+
+
+def course_files() -> list[str]:
+    """The course's files, as git tracks them (with their changes in the work tree); without git, every file
+    but the generated ones."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+        return sorted(f for f in out.decode().split("\0") if f and (REPO_ROOT / f).is_file())
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", "build", "runs", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".ruff_cache"}
+        return sorted(
+            p.relative_to(REPO_ROOT).as_posix()
+            for p in REPO_ROOT.rglob("*")
+            if p.is_file()
+            and not skip.intersection(p.relative_to(REPO_ROOT).parts)
+            and not p.relative_to(REPO_ROOT).parts[0].startswith(".venv")
+        )
+
+
+def write_course_zip(dest: Path) -> None:
+    """The course as handed out to learners: every file but the teachers' ``solutions/`` (the README's advice)."""
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in course_files():
+            if not name.startswith("solutions/"):
+                z.write(REPO_ROOT / name, f"torch-course/{name}")
 
 
 def copy_mathjax(dest: Path) -> None:
@@ -244,17 +302,19 @@ def stage(dest: Path = STAGE, mathjax: bool = True) -> dict[str, list[Term]]:
     (dest / "downloads").mkdir(parents=True)
     notebooks = lessons()
     terms = key_terms(notebooks)
-    placed: set[str] = set()
+    placed: set[tuple[str, str]] = set()
     for path in notebooks:
         stage_lesson(path, terms, placed, dest)
     readme = README.read_text(encoding="utf-8")
     (dest / "index.md").write_text(index_page(readme), encoding="utf-8")
-    (dest / "glossary.md").write_text(glossary_page(terms), encoding="utf-8")
+    titles = {r["file"]: r["title"] for r in syllabus(readme)}
+    (dest / "glossary.md").write_text(glossary_page(terms, titles), encoding="utf-8")
     (dest / "run_locally.md").write_text(run_locally_page(readme), encoding="utf-8")
     (dest / "assets").mkdir()
     shutil.copy2(CSS, dest / "assets" / CSS.name)
-    if mathjax:
+    if mathjax:  # and the course's zip: both are files for the built site, not for the unit tests
         copy_mathjax(dest / "assets" / "mathjax")
+        write_course_zip(dest / "downloads" / COURSE_ZIP)
     return terms
 
 
@@ -267,6 +327,9 @@ def build() -> int:
     if rc := subprocess.run(mkdocs, cwd=REPO_ROOT, env=env).returncode:
         print(f"make site: mkdocs failed (exit {rc}); the pages it was given are in {STAGE.relative_to(REPO_ROOT)}/")
         return rc
+    # Material's 404 page links its assets from the site's root ("/assets/..."), which breaks on a host that
+    # serves the site from a folder (a GitHub Pages project site): without it, the host shows its own.
+    (SITE / "404.html").unlink(missing_ok=True)
     pages = sorted(SITE.glob("*.html"))
     print(
         f"make site: {len(pages)} pages ({len(lessons())} lessons, {len(terms)} glossary terms) in "

@@ -10,7 +10,9 @@ on it.
 The pages are English (``<html lang="en">``), so a browser draws their Chinese terms with whatever CJK font it
 falls back to for English text, often a Japanese one, whose glyphs differ from Chinese ones. :func:`on_post_page`
 marks each run of Chinese text as ``<span lang="zh-Hans">``: browsers then choose a Simplified Chinese font
-(Noto Sans CJK SC, PingFang SC, Microsoft YaHei) and screen readers read it as Chinese. Used by no notebook.
+(Noto Sans CJK SC, PingFang SC, Microsoft YaHei) and screen readers read it as Chinese. It also drops
+mkdocs-jupyter's Mermaid loader, which would import mermaid.js from a CDN (no lesson has a Mermaid diagram), so
+that no page refers to another host. Used by no notebook.
 """
 
 from __future__ import annotations
@@ -73,20 +75,30 @@ def on_page_content(html, page, config, files):
 
 CHINESE = re.compile(r"[\u3400-\u9fff][\u3000-\u303f\u3400-\u9fff\uff00-\uffef]*")
 """A run of Chinese: Han characters, with the CJK punctuation and full-width forms inside it."""
-RAW_TEXT = re.compile(r"(<(title|script|style|textarea)\b.*?</\2>)", re.S | re.I)
-"""Elements whose text is not HTML (a span there would show as text or break a script)."""
+TAG = re.compile(r"""<(?:[^>"']|"[^"]*"|'[^']*')*>""")
+"""An HTML tag, or comment, whose quoted attribute values may hold ``>``."""
+RAW = re.compile(r"<(title|script|style|textarea|svg|math)\b.*?</\1\s*>", re.S | re.I)
+"""Elements whose text must not get an HTML span: raw text (a span would show, or break a script), SVG and MathML."""
+MERMAID_LOADER = re.compile(r"<script type=\"module\">(?:(?!</script>).)*?mermaid(?:(?!</script>).)*?</script>", re.S)
+"""mkdocs-jupyter's loader of Mermaid diagrams, which would import mermaid.js from a CDN: no lesson has one."""
 
 
 def mark_chinese(html: str) -> str:
-    """``html`` with each run of Chinese in its text (not in tags, attributes or raw-text elements) in a span."""
+    """``html`` with each run of Chinese in its text (not in tags, attributes, raw-text elements, SVG or MathML)
+    in a ``<span lang="zh-Hans">``."""
 
     def text(part: str) -> str:
-        return re.sub(r">([^<]+)<", lambda m: ">" + CHINESE.sub(r'<span lang="zh-Hans">\g<0></span>', m[1]) + "<", part)
+        pieces = TAG.split(part)  # text, tag, text, ...
+        tags = TAG.findall(part)
+        marked = [CHINESE.sub(r'<span lang="zh-Hans">\g<0></span>', t) for t in pieces]
+        return "".join(x for pair in zip(marked, [*tags, ""]) for x in pair)
 
-    pieces = RAW_TEXT.split(html)
-    # split() with two groups gives: text, raw element, its tag name, text, ...
-    return "".join(text(p) if i % 3 == 0 else p if i % 3 == 1 else "" for i, p in enumerate(pieces))
+    out, last = [], 0
+    for m in RAW.finditer(html):
+        out += [text(html[last : m.start()]), m[0]]
+        last = m.end()
+    return "".join([*out, text(html[last:])])
 
 
 def on_post_page(output, page, config):
-    return mark_chinese(output)
+    return mark_chinese(MERMAID_LOADER.sub("", output))

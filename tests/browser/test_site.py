@@ -16,19 +16,22 @@ import functools
 import os
 import re
 import threading
+import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urldefrag, urlsplit
 
+import nbformat
 import pytest
 
-from tools.site import SITE, lessons
-from utils.paths import REPO_ROOT
+from tools.site import COURSE_ZIP, SITE, lessons
+from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 CHROMIUM = os.environ.get("TORCH_COURSE_CHROMIUM", "/usr/bin/chromium")
 OUT = REPO_ROOT / "runs" / "test-browser"
 SITE_NAME = "torch-course"
-CJK_FONT = re.compile(r"CJK|Han |Hei|Song|Kai|Ming|PingFang|YaHei|SimSun|Noto Sans SC|WenQuanYi|Fallback", re.I)
-"""Font families that draw Chinese: Noto Sans CJK (Debian's fonts-noto-cjk), macOS's and Windows' own, ..."""
+SIMPLIFIED_CHINESE_FONT = re.compile(r"CJK SC|Hans|PingFang SC|YaHei|SimSun|SimHei|Noto Sans SC|Source Han Sans SC")
+"""Font families that draw Simplified Chinese: Noto Sans CJK SC (Debian's fonts-noto-cjk), macOS's and Windows'
+own. Not Noto Sans CJK JP, which a browser picks for Chinese in English text unless the text is marked Chinese."""
 HAN = re.compile(r"[\u3400-\u9fff]")
 
 playwright = pytest.importorskip(
@@ -99,11 +102,29 @@ def _pages() -> list[str]:
 
 def test_the_site_has_the_expected_pages():
     names = _pages()
-    expected = {"index.html", "glossary.html", "run_locally.html", "404.html"} | {
-        p.with_suffix(".html").name for p in lessons()
-    }
+    expected = {"index.html", "glossary.html", "run_locally.html"} | {p.with_suffix(".html").name for p in lessons()}
     assert set(names) == expected, sorted(set(names) ^ expected)
     assert sorted(p.name for p in (SITE / "downloads").glob("*.ipynb")) == [p.name for p in lessons()]
+    with zipfile.ZipFile(SITE / "downloads" / COURSE_ZIP) as z:
+        names = set(z.namelist())
+    assert {
+        "torch-course/Makefile",
+        "torch-course/utils/__init__.py",
+        "torch-course/notebooks/07_mixed_precision.ipynb",
+    } <= names
+    assert not [n for n in names if n.startswith("torch-course/solutions/")]
+
+
+def test_no_page_refers_to_another_host_or_to_the_server_root():
+    """Nothing a page loads comes from elsewhere, and every path is relative (the site may live in a folder)."""
+    elsewhere = re.compile(r"""(?:\ssrc=|<link\b[^>]*\shref=|\bimport\(|url\()["']?(?:https?:|//)[^"')\s>]*""")
+    root = re.compile(r"""\s(?:href|src)=["']?/(?!/)[^"'\s>]*""")
+    found = {}
+    for name in _pages():
+        html = (SITE / name).read_text(encoding="utf-8")
+        if bad := sorted({m[0] for m in elsewhere.finditer(html)} | {m[0] for m in root.finditer(html)}):
+            found[name] = bad[:3]
+    assert not found
 
 
 def test_every_page_loads_with_its_title_its_images_and_unbroken_links(site, page):
@@ -112,10 +133,10 @@ def test_every_page_loads_with_its_title_its_images_and_unbroken_links(site, pag
     links: dict[str, set[str]] = {}  # link -> the pages that have it
     images = 0
     for name in _pages():
-        response = page.goto(f"{site}/{name}", wait_until="load")
+        response = page.goto(f"{site}/{name}", wait_until="networkidle")  # MathJax loads its fonts after "load"
         assert response.status == 200, name
         heading = page.locator("article h1").first.inner_text().replace("¶", "").strip()
-        expected = SITE_NAME if name in ("index.html", "404.html") else f"{heading} - {SITE_NAME}"
+        expected = SITE_NAME if name == "index.html" else f"{heading} - {SITE_NAME}"
         assert heading and page.title() == expected, (name, page.title(), heading)
         # every <img>, decoded (figures are data: URLs, the rest files): its natural width is its pixels
         sizes = page.evaluate(
@@ -123,6 +144,12 @@ def test_every_page_loads_with_its_title_its_images_and_unbroken_links(site, pag
                    () => [i.currentSrc.slice(0, 80), i.naturalWidth], () => [i.currentSrc.slice(0, 80), 0])))"""
         )
         assert all(width > 0 for _, width in sizes), (name, [src for src, w in sizes if w == 0])
+        if (notebook := NOTEBOOKS_DIR / name.replace(".html", ".ipynb")).exists():  # each figure of the lesson
+            figures = sum(
+                "image/png" in o.get("data", {}) for c in nbformat.read(notebook, 4).cells for o in c.get("outputs", [])
+            )
+            shown = page.locator("article img[src^='data:image/png']").count()
+            assert shown == figures, f"{name}: {shown} figures shown, the notebook has {figures}"
         images += len(sizes)
         ids[urlsplit(page.url).path] = set(page.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
         for href in page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)"):
@@ -180,8 +207,13 @@ def test_chinese_terms_are_drawn_with_a_cjk_font(site, page, name, selector):
     text, fonts = _fonts_of(page, selector)
     han = len(HAN.findall(text))
     assert han, f"{name}: no Chinese in {text!r}"
-    cjk = [f for f in fonts if CJK_FONT.search(f["familyName"])]
-    # every Chinese glyph comes from a CJK font (none is a missing-glyph box of a Latin font)
-    assert sum(f["glyphCount"] for f in cjk) >= han, (text, fonts)
+    # the Chinese is marked as Chinese, and every Chinese glyph comes from a Simplified Chinese font (not from a
+    # Japanese one, nor a missing-glyph box of a Latin font)
+    langs = page.evaluate(
+        "s => [...document.querySelector(s).querySelectorAll('span[lang]')].map(e => e.lang)", selector
+    )
+    assert langs and set(langs) == {"zh-Hans"}, langs
+    chinese = [f for f in fonts if SIMPLIFIED_CHINESE_FONT.search(f["familyName"])]
+    assert sum(f["glyphCount"] for f in chinese) >= han, (text, fonts)
     page.screenshot(path=str(OUT / f"site-{name.removesuffix('.html')}.png"))
     print(f"{name}: {text[:40]!r} drawn with {[(f['familyName'], f['glyphCount']) for f in fonts]}")
