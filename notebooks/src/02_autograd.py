@@ -5,11 +5,11 @@
 # differentiable operations:
 #
 # 1. `backward()` on a scalar and on a non-scalar (the `gradient` argument), and why that argument
-#    is a *vector–Jacobian product*;
+#    is a *vector-Jacobian product*;
 # 2. `torch.autograd.grad`: second derivatives with `create_graph=True`, several inputs, several outputs;
 # 3. where the chain rule's sum over paths happens (the engine's input buffer, proved with hooks), the
-#    graph is freed after a backward pass, the **gradient** (梯度) *accumulates* across passes, and how to zero
-#    it (and use accumulation on purpose);
+#    graph is freed after a backward pass, **gradients** (梯度) *accumulate* across passes, and how to zero
+#    them (and use accumulation on purpose);
 # 4. minimising the notes' $f(x)=ax^2+bx+c$ with an optimizer, with a picture of the path;
 # 5. custom `torch.autograd.Function`s from the notes — `MyReLU`, `Exp`, `GradCoeff`,
 #    `LinearFunction`, `Square`, `Conv2D` — checked with `gradcheck` / `gradgradcheck`; `torch.func`
@@ -123,7 +123,7 @@ assert t.requires_grad and t.is_leaf
 # If the output $y$ is not a scalar, "the derivative of $y$" is a whole **Jacobian (雅可比矩阵)**
 # $J_{ij} = \partial y_i / \partial x_j$, and `.grad` has no room for it: `x.grad` must have the
 # shape of `x`. So `backward()` refuses a non-scalar unless you pass a `gradient` tensor $g$ of the
-# same shape as $y$. PyTorch then computes the **vector–Jacobian product (向量-雅可比积)**
+# same shape as $y$. PyTorch then computes the **vector-Jacobian product (向量-雅可比积)**
 # $g^\top J$, which has the shape of $x$. With $g$ all ones this is the gradient of `y.sum()`.
 
 # %%
@@ -203,7 +203,7 @@ assert torch.equal(J2d, torch.diag(2 * a * x0.flatten() + b))
 assert torch.equal(vjp, grad_vector_form)
 
 # %% [markdown]
-# For a function that mixes elements the Jacobian is not diagonal, and the vector–Jacobian product
+# For a function that mixes elements the Jacobian is not diagonal, and the vector-Jacobian product
 # really is a matrix product. Here $h(v)_i = \sum_{j\le i} v_j^2$ (a running sum of squares), whose
 # Jacobian is lower-triangular with entries $2v_j$.
 
@@ -406,7 +406,7 @@ assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 # %% [markdown]
 # ## 5. Minimising a function with an optimizer (优化器)
 #
-# An **optimizer** (优化器) turns gradients into updates. The notes minimise $f(x) = x^2 - 2x + 1 = (x-1)^2$ with
+# An **optimizer** (优化器) turns gradients into updates of the **parameters** (参数) it was given, the tensors being learned. The notes minimise $f(x) = x^2 - 2x + 1 = (x-1)^2$ with
 # `SGD(lr=0.01)` for 500 steps, each step doing the three-line ritual `zero_grad()` → `backward()` →
 # `step()`. SGD's update is $x \leftarrow x - \eta f'(x) = x - \eta(2x - 2)$, so
 # $x_k - 1 = (1 - 2\eta)^k (x_0 - 1)$: from $x_0 = 0$ we can check every step against
@@ -1336,10 +1336,10 @@ from utils.exercises import Checker
 ex = Checker("02")
 
 # %% [markdown]
-# ### Exercise 1 · Predict a vector–Jacobian product, then an accumulation
+# ### Exercise 1 · Predict a vector-Jacobian product, then an accumulation
 #
 # The notes' reading list for `backward()` asks why `backward` has a `grad_variables` argument (today's
-# `gradient`). Section 2 answered: for a non-scalar `y`, `backward(gradient=g)` computes the vector–Jacobian
+# `gradient`). Section 2 answered: for a non-scalar `y`, `backward(gradient=g)` computes the vector-Jacobian
 # product $g^\top J$. Predict, on paper, what this code prints:
 #
 # ```python
@@ -1421,7 +1421,7 @@ ex.check(3, linear_backward)
 # ## Summary
 #
 # * `y.backward()` on a scalar fills `.grad` of the leaves (叶子节点). On a non-scalar it needs
-#   `gradient=g` and computes the vector–Jacobian product $g^\top J$, equal to
+#   `gradient=g` and computes the vector-Jacobian product $g^\top J$, equal to
 #   `(y * g).sum().backward()`; `torch.func.jacrev` shows the Jacobian that is never built.
 # * `torch.autograd.grad` returns gradients instead of accumulating them; with `create_graph=True`
 #   they can be differentiated again (second derivatives, gradient penalties). Several outputs are

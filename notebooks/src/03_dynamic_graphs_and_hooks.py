@@ -10,16 +10,16 @@
 # - the graph is made of backward nodes (反向节点), not tensors: `grad_fn` nodes and their `next_functions` edges,
 #   walked by hand, printed and drawn; where the chain rule's sum over paths really happens (the engine's input
 #   buffer, once, not in `.grad`), with the notes' `w1`/`w2`/`w3` example and its printed results (28, 8, 10);
-# - the **leaf tensor** (叶子节点) and the non-leaf tensor, `retain_grad()`;
-# - the **hook** (钩子) on a tensor, with `register_hook`: logging and changing this pass's gradient; versus
+# - **leaf tensors** (叶子节点) and non-leaf tensors, `retain_grad()`;
+# - tensor **hooks** (钩子) with `register_hook`: logging and changing this pass's gradient; versus
 #   `register_post_accumulate_grad_hook`, which sees the accumulated `.grad`;
 # - `detach`, `torch.no_grad`, `torch.inference_mode` (an inference tensor may enter a recorded operation only if
 #   that operation need not save it) and how `requires_grad` propagates;
 # - `backward(gradient)` for non-scalar outputs (`grad_tensors` today, the 0.x `grad_variables` deprecated), and
 #   splitting one backward pass in two (the notes' `step1/step2`);
 # - in-place operations that break autograd, and the errors they raise;
-# - the kinds of **module hook** (模块钩子): forward pre-hook, **forward hook** (前向钩子), full **backward hook** (反向钩子),
-#   global hook, and how `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer,
+# - **module hooks** (模块钩子): forward pre-hooks, **forward hooks** (前向钩子), full **backward hooks** (反向钩子),
+#   global hooks, and how `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer,
 #   capturing each layer's **activation** (激活值), gradient-norm monitoring);
 # - exporting a model graph to TensorBoard and reading the event file back;
 # - the warnings PyTorch gives for outdated code in the notes, their text printed for you to read, and asserted.
@@ -166,7 +166,7 @@ assert add_node.next_functions[0][0].variable is x
 # `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, $-4 \cdot 1$ and $4 \cdot 2$.
 # **Where are they added?** Not in `x.grad`, as the notes (and many tutorials) suggest: the engine waits until every
 # path into a node has delivered, sums the contributions in that node's **input buffer** (输入缓冲区), and then runs the node
-# **once** with the total, $-4 + 8 = 4$: the sum over paths of the **chain rule** (链式法则). So a hook on `x`, and a
+# **once** with the total, $-4 + 8 = 4$: the sum over paths that the **chain rule** (链式法则) prescribes. So a hook on `x`, and a
 # pre-hook on its `AccumulateGrad` node, each fire once and see 4, never $-4$ and $8$ apart. Adding into `.grad` is a
 # different mechanism: accumulation *across* `backward()` calls (section 3). (Notebook 02 met this sum with the same
 # `AccumulateGrad` pre-hook; here we see where it sits in the graph.)
@@ -430,7 +430,7 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 # - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
 # - `with torch.inference_mode():` goes further: in **inference mode** (推理模式) every tensor made inside is an
-#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器), section 8).
+#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器; section 8)).
 #   Later, outside the block, an inference tensor may still be an input of a recorded operation whose backward does not
 #   need to keep it (`t + p`: the gradient of a sum does not depend on `t`); an operation that must **save** it for
 #   backward (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is recorded, not later at

@@ -6,7 +6,7 @@
 #
 # 1. where the data comes from (the files shipped in `data/`, checked by MD5) and `torchvision.datasets.MNIST`;
 # 2. the data API: a custom **dataset** (数据集, a `Dataset`), every argument of the **data loader**
-#    (数据加载器, `DataLoader`), the built-in kinds of **sampler** (采样器) and a custom batch sampler, worker processes,
+#    (数据加载器, `DataLoader`), the built-in **samplers** (采样器) and a custom batch sampler, worker processes,
 #    and `transforms.v2`;
 # 3. why holding MNIST as tensors is much faster than decoding one PIL image at a time;
 # 4. what a convolution computes (kernel, stride, padding, channels, pooling, the output-size formula), then
@@ -155,7 +155,7 @@ except RuntimeError as err:
 # ## 2. A `Dataset` of your own: `__len__` and `__getitem__`
 #
 # A map-style dataset is any object with `__len__` (how many samples) and `__getitem__(i)` (sample `i`).
-# `DataLoader` asks it for indices, groups the samples into batches with a `collate_fn`, and turns NumPy
+# `DataLoader` asks it for indices, groups the samples into **batches** (批量) with a `collate_fn`, and turns NumPy
 # arrays into tensors. The notes' example dataset returns `[-2i, -2i]` for index `i`.
 #
 # Note the two lengths: `len(dataset)` counts samples, `len(loader)` counts batches (steps).
@@ -856,10 +856,10 @@ assert model.block1[0].weight.is_contiguous(memory_format=torch.channels_last)
 # %% [markdown]
 # ## 13. The training loop, written out
 #
-# A training run repeats the five-line step over the whole training set, once per **epoch (轮次)**, and after each
+# A training run repeats the five-line step over the whole **training set** (训练集), once per **epoch (轮次)**, and after each
 # epoch measures the model on data it does not train on. Three pieces appear here for the first time:
 #
-# * A **validation set** (验证集). The test set must be used *once*, at the end, for the accuracy we report: if we
+# * A **validation set** (验证集). The **test set** (测试集) must be used *once*, at the end, for the accuracy we report: if we
 #   looked at it after every epoch to choose the number of epochs or the learning rate, the reported number would
 #   be tuned to it and no longer an honest estimate. So we hold out 5,000 of the 60,000 training images (a seeded
 #   random split) to watch during training, and train on the other 55,000.
@@ -1302,7 +1302,7 @@ ex = Checker("04")
 # number of parameters, `sum(p.numel() for p in net.parameters())`. Write them as a list `[tuple, tuple, int]`,
 # then check. (Building the model afterwards to see why is allowed.) One fact the lesson only used: a
 # `BatchNorm2d(C)` learns a scale $\gamma$ and a shift $\beta$ per channel (section 12), while its running mean and
-# variance (section 13) are each a **buffer** (缓冲区): saved in `state_dict()`, but not returned by `parameters()`.
+# variance (section 13) are **buffers** (缓冲区): saved in `state_dict()`, but not returned by `parameters()`.
 
 # %%
 # ✏️ Exercise 1: replace ... with [shape of net[0](x), shape of net[:6](x), number of parameters]

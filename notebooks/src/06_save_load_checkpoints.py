@@ -7,7 +7,7 @@
 # promise, and why weights from strangers belong in `safetensors`; how to write a *full* training
 # checkpoint (检查点) and resume a run (断点续训) so that it ends **bit-identical** to a run that was
 # never interrupted; how to write a file that a crash cannot tear (an atomic save, 原子保存), by hand
-# and then with the course's helper; the **warm start** (热启动) of a different model; loading across devices
+# and then with the course's helper; how to **warm-start** (热启动) a different model; loading across devices
 # with `map_location`, lazily with `mmap=True`, and into a model built on the `meta` device; the
 # `module.` prefix of `DataParallel`/DDP and the `_orig_mod.` prefix of `torch.compile`; and exporting a
 # model for deployment, from the notes' TorchScript to `torch.export` and AOTInductor.
@@ -1298,7 +1298,7 @@ print("traced gate(-1) =", traced_gate(negative).tolist())
 assert not torch.equal(traced_gate(negative), gate(negative))
 
 # %% [markdown]
-# An **export** (导出) with `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a
+# **Exporting** (导出) with `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a
 # graph, but it
 # **refuses** data-dependent Python control flow instead of silently baking in one branch, and it
 # records which dimensions may vary: here the batch dimension, declared with `torch.export.Dim`.

@@ -78,7 +78,7 @@ assert amp_dtype in (torch.bfloat16, torch.float16)
 # ## 1. Why 16 bits, and what breaks
 #
 # A float stores a sign, an **exponent** (指数; how big: the range) and a **mantissa** (尾数; how many significant digits: the precision).
-# float16, "half" for **half precision** (半精度), spends 5 bits on the exponent, bfloat16 ("brain float") keeps
+# In **half precision** (半精度), float16 ("half") spends 5 bits on the exponent, bfloat16 ("brain float") keeps
 # float32's 8 exponent bits and cuts the mantissa to 7 bits. `torch.finfo` tells the consequences:
 
 # %%
@@ -155,7 +155,7 @@ assert total.item() == 256 and (torch.tensor(1.0, dtype=torch.float16) + 1e-4).i
 # *gradients* and the optimizer state in float32 (the notes' question "are the parameters float32 under mixed
 # precision?" — yes, proved in section 2), so with Adam training still costs 4 + 4 + 8 = 16 bytes per parameter.
 # What AMP can save is the memory of the **activations** (the tensors saved for backward, often the largest part)
-# — at most half of it, and section 5 shows when it saves nothing — and, on a GPU with **tensor core** (张量核心) units, time.
+# — at most half of it, and section 5 shows when it saves nothing — and, on a GPU that has **tensor cores** (张量核心), time.
 
 # %%
 for dt in (torch.float32, torch.float16, torch.bfloat16):
@@ -346,8 +346,8 @@ print("opt.step() on scaled gradients moves x by", fmt(1.0 - wrong_x[0].item(), 
 assert abs((1.0 - wrong_x[0].item()) - 65.536) < 1e-3
 
 # %% [markdown]
-# **A skipped step and the scale's growth and backoff.** The scale is not a constant, hence
-# **dynamic loss scaling** (动态损失缩放): `update()` halves the scale (`backoff_factor=0.5`)
+# **A skipped step and the scale's growth and backoff.** The scale is not a constant: this is
+# **dynamic loss scaling** (动态损失缩放). `update()` halves the scale (`backoff_factor=0.5`)
 # after a step with `inf`/`nan` gradients, which `step()` skipped, and doubles it (`growth_factor=2`) after
 # `growth_interval` clean steps in a row (2000 by default; 3 here to see it happen); an overflow also resets the
 # count of clean steps (the *growth tracker*). Below, the loss of step 2 is

@@ -23,7 +23,7 @@
 # processes on the CPU.
 #
 # **Study time:** about 95 min (20 of them for the exercises).
-# **Run time:** 60 s on the 2-core course machine (measured by `make execute`).
+# **Run time:** 65 s on the 2-core course machine (measured by `make execute`).
 # Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
@@ -234,7 +234,7 @@ if device.type == "cpu":
 #   which deprecated it with a `FutureWarning`, shown in section 3. It is not a plain rename:
 #   `broadcast_buffers=False` also left the buffers out of the constructor's broadcast, while
 #   `forward_sync_buffers=False` only stops the per-forward one; the constructor always copies rank 0's.)
-# * **gradients, during every backward**: DDP groups the parameters into buckets, each **bucket** (桶) about 25 MiB
+# * **gradients, during every backward**: DDP groups the parameters into **buckets** (桶) of about 25 MiB each
 #   (`bucket_cap_mb`; the first one smaller), in roughly the reverse order of `model.parameters()` (from the
 #   second iteration on, in the order the gradients actually became ready in the first). As soon as
 #   every gradient of a bucket is computed, an asynchronous `all_reduce` of that bucket starts while autograd
