@@ -214,6 +214,7 @@ def test_a_broken_stub_cell_is_reported_and_the_others_still_run():
     assert all("not attempted" in lines[n] for n in lines if n != 1)
 
 
+@needs_solutions
 def test_progress_reads_the_saved_notebooks(tmp_path):
     py = SOURCES[0]
     nb = read_notebook(notebook_path(py))
