@@ -3,8 +3,8 @@
 Serves ``build/site/`` on 127.0.0.1 and drives Debian's Chromium headless with Playwright, as
 ``test_lab.py`` does. Every request to another host is blocked and recorded, so a page that needed the
 network (a font service, a CDN script) fails here. Checked: every page loads with its title, every image on
-every page has loaded, no internal link or ``#anchor`` is broken, searching "GradScaler" lists the
-mixed-precision lesson first, and Chinese terms are drawn with a CJK font (asked of Chromium's own font
+every page has loaded, no internal link or ``#anchor`` is broken, searching "GradScaler" (or 损失缩放) lists
+the mixed-precision lesson first, and Chinese terms are drawn with a CJK font (asked of Chromium's own font
 matching, per text node). Screenshots go to ``runs/test-browser/`` for a person to look at.
 
 Not part of ``make test``: ``make test-browser`` builds the site first, then runs this.
@@ -173,13 +173,15 @@ def test_every_page_loads_with_its_title_its_images_and_unbroken_links(site, pag
     print(f"{len(ids)} pages, {images} images, {len(links)} internal links checked")
 
 
-def test_searching_gradscaler_lists_the_mixed_precision_lesson_first(site, page):
+@pytest.mark.parametrize("query", ["GradScaler", "损失缩放"])  # and in Chinese: loss scaling
+def test_searching_lists_the_mixed_precision_lesson_first(site, page, query):
     page.goto(f"{site}/index.html")
-    page.locator("input.md-search__input").fill("GradScaler")  # as typed into the search box at the top
+    page.locator("input.md-search__input").fill(query)  # as typed into the search box at the top
     results = page.locator(".md-search-result__item > a")
     results.first.wait_for()
     hrefs = [a.get_attribute("href") for a in results.all()]
-    page.screenshot(path=str(OUT / "site-search.png"))
+    if query == "GradScaler":
+        page.screenshot(path=str(OUT / "site-search.png"))
     assert urlsplit(hrefs[0]).path == "/07_mixed_precision.html", hrefs
     assert not page.outside, page.outside
 
