@@ -87,22 +87,31 @@ def syllabus(readme: str) -> list[dict[str, str]]:
     return rows
 
 
+def syllabus_table(rows: list[dict[str, str]]) -> str:
+    """The lessons as a Markdown table whose links are the notebooks' file names (relative to ``notebooks/``, and
+    to the website's pages, which mkdocs-jupyter names after them)."""
+    return "\n".join(
+        [
+            "| # | lesson | what it teaches | study time | run time |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['number']} | [{r['title']}]({r['file']}) | {r['teaches'].strip()} | {r['study']} | {r['run']} |"
+                for r in rows
+            ),
+        ]
+    )
+
+
 def start_page(readme: str) -> str:
     """The start page's Markdown, made from the syllabus table of ``readme``."""
     rows = syllabus(readme)
-    table = "\n".join(
-        f"| {r['number']} | [{r['title']}]({r['file']}) | {r['teaches'].strip()} | {r['study']} | {r['run']} |"
-        for r in rows
-    )
     return f"""# Start here
 
 {len(rows)} lessons, in order: each builds on the ones before it. Open one, read it from the top and run each
 cell with Shift+Enter (or Run ▸ Run All Cells). Its first cell says what you will learn and what you should
 know; its last section holds exercises that check your answers and give a hint when they are wrong.
 
-| # | lesson | what it teaches | study time | run time |
-|---|---|---|---|---|
-{table}
+{syllabus_table(rows)}
 
 The study time is the time to read, run and think through a lesson once and do its exercises; the run time is
 how long all its cells take on a 2-core CPU.

@@ -43,7 +43,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from tools.lab import README, syllabus
+from tools.lab import README, syllabus, syllabus_table
 from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 CONFIG = REPO_ROOT / "mkdocs.yml"
@@ -122,9 +122,10 @@ def key_terms(notebooks: list[Path]) -> dict[str, list[Term]]:
     return terms
 
 
-def stage_lesson(path: Path, terms: dict[str, list[Term]], placed: set[tuple[str, str]], dest: Path) -> None:
+def stage_lesson(path: Path, terms: dict[str, list[Term]], dest: Path) -> None:
     """The lesson's page (its notebook with a download link and the key terms' anchors) and its download."""
     nb = nbformat.read(path, as_version=4)
+    placed: set[str] = set()  # the anchors already put on this page
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = LESSON_LINK.sub(r"](\1.html\2)", _anchored(cell.source, path.name, terms, placed))
@@ -141,12 +142,14 @@ def stage_lesson(path: Path, terms: dict[str, list[Term]], placed: set[tuple[str
     shutil.copy2(path, dest / "downloads" / path.name)
 
 
-def _anchored(source: str, lesson: str, terms: dict[str, list[Term]], placed: set[tuple[str, str]]) -> str:
+def _anchored(source: str, lesson: str, terms: dict[str, list[Term]], placed: set[str]) -> str:
+    """``source`` with an anchor before each key term whose first use in ``lesson`` it holds."""
+
     def mark(m: re.Match) -> str:
         zh = chinese(m["zh1"] or m["zh2"])
         for t in terms.get(zh, []):
-            if t.lesson == lesson and (lesson, t.anchor) not in placed:
-                placed.add((lesson, t.anchor))
+            if t.lesson == lesson and t.anchor not in placed:
+                placed.add(t.anchor)
                 return f'<a id="{t.anchor}" class="key-term"></a>{m[0]}'
         return m[0]
 
@@ -184,10 +187,6 @@ def glossary_page(terms: dict[str, list[Term]], titles: dict[str, str] | None = 
 
 def index_page(readme: str) -> str:
     rows = syllabus(readme)
-    table = "\n".join(
-        f"| {r['number']} | [{r['title']}]({r['file']}) | {r['teaches'].strip()} | {r['study']} | {r['run']} |"
-        for r in rows
-    )
     return f"""# torch-course
 
 An executable PyTorch course: {len(rows)} Jupyter notebooks that teach PyTorch 2.14 from tensors to multi-process
@@ -198,9 +197,7 @@ each key term at its first use; the [glossary (术语表)](glossary.md) lists th
 Each lesson ends with exercises that check themselves when you run them: [run the course yourself](run_locally.md)
 (two commands), or download a lesson's notebook from the top of its page.
 
-| # | lesson | what it teaches | study time | run time |
-|---|---|---|---|---|
-{table}
+{syllabus_table(rows)}
 
 The study time is the time to read, run and think through a lesson once and do its exercises; the run time is
 how long all its cells take on a 2-core CPU.
@@ -302,9 +299,8 @@ def stage(dest: Path = STAGE, mathjax: bool = True) -> dict[str, list[Term]]:
     (dest / "downloads").mkdir(parents=True)
     notebooks = lessons()
     terms = key_terms(notebooks)
-    placed: set[tuple[str, str]] = set()
     for path in notebooks:
-        stage_lesson(path, terms, placed, dest)
+        stage_lesson(path, terms, dest)
     readme = README.read_text(encoding="utf-8")
     (dest / "index.md").write_text(index_page(readme), encoding="utf-8")
     titles = {r["file"]: r["title"] for r in syllabus(readme)}
