@@ -14,11 +14,12 @@ JOBS ?=
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS))
 NB ?=
 
-.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-browser site progress execute check clean distclean
+.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-browser site progress execute sync check clean distclean
 help:
 	@echo "make lab       create/refresh .venv and open JupyterLab on the lessons' start page"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
 	@echo "make execute   re-run notebooks and store fresh outputs (NB=01 for one notebook)"
+	@echo "make sync      copy prose edits of the .py sources into the .ipynb, run nothing; regenerate the syllabus pages"
 	@echo "make test-pythons  run make test once per Python 3.10-3.13 found, each in its own .venv-3.X"
 	@echo "make test-portable  re-run every notebook under other numeric configurations (outputs compared)"
 	@echo "make test-lax  asserts only, on the best device (ARM laptops, CUDA, MPS); test-gpu is the same"
@@ -97,6 +98,9 @@ progress: venv
 
 execute: venv
 	$(PY) -m tools.notebooks execute $(JOBS_ARG) $(NB)
+
+sync: venv
+	$(PY) -m tools.notebooks sync $(NB)
 
 check: venv
 	$(PY) -m tools.notebooks check

@@ -28,13 +28,14 @@ from utils.exercises.section import (
     run_sources,
     stub_number,
 )
-from utils.paths import REPO_ROOT, SOURCES_DIR
+from utils.paths import REPO_ROOT
+from utils.syllabus import lesson, lessons
 
 SOLUTIONS_DIR = REPO_ROOT / "solutions"
 needs_solutions = pytest.mark.skipif(
     not SOLUTIONS_DIR.is_dir(), reason="no solutions/: the course as handed out to learners (README, Exercises)"
 )
-SOURCES = sorted(SOURCES_DIR.glob("[0-9][0-9]_*.py"))
+SOURCES = [x.source for x in lessons()]
 FENCE = re.compile(r"^```python (solution|wrong)(?: ([^\n]*))?\n(.*?)^```", re.M | re.S)
 
 
@@ -90,7 +91,7 @@ def test_every_notebook_has_three_exercises_each_with_a_stub_a_check_and_a_solut
 
 @functools.cache
 def headings(stem_prefix: str) -> list[str]:
-    nb = jupytext.read(next(SOURCES_DIR.glob(f"{stem_prefix}_*.py")))
+    nb = jupytext.read(lesson(stem_prefix).source)
     return [
         ln.lstrip("#").strip()
         for c in nb.cells
@@ -247,10 +248,11 @@ def test_a_check_leaves_the_learners_random_state_alone_and_owns_its_errors():
     assert torch.equal(torch.rand(2), expected)  # as if the check had never run
 
 
-@needs_solutions
-def test_the_teachers_index_lists_every_exercise(py):
-    index = (SOLUTIONS_DIR / "README.md").read_text(encoding="utf-8")
-    row = next(line for line in index.splitlines() if f"]({py.stem}.md)" in line)
-    for ex in Checker(py.stem[:2], quiet=True).registry.exercises.values():
-        title = re.sub(r" \((predict|write a \w+|stretch)\)$", "", ex.title)
-        assert f"| {title} |" in row, f"solutions/README.md, row {py.stem[:2]}: no {title!r}"
+def test_the_manifest_names_every_exercise_as_the_checks_do(py):
+    """course.toml's exercises (which make the solutions index and the website) are the registered ones."""
+    registered = Checker(py.stem[:2], quiet=True).registry.exercises
+    listed = lesson(py.stem).exercises
+    assert [e.number for e in listed] == sorted(registered), f"course.toml, lesson {py.stem[:2]}: exercises"
+    for e in listed:
+        title = re.sub(r" \((predict|write a \w+|stretch)\)$", "", registered[e.number].title)
+        assert e.title == title, f"course.toml, lesson {py.stem[:2]}, exercise {e.number}: {e.title!r} != {title!r}"

@@ -12,32 +12,33 @@ import pytest
 import torch
 
 from tools.notebooks import (
+    ERRATA_HEADING,
     NOTEBOOK_ENV,
     PINNED_X86_NUMERICS,
     PORTABLE_CONFIGS,
     _warning_lines,
     apply_test_env,
     check,
+    dangling_references,
     execute,
     learner_env,
     notebook_env,
     notebook_path,
     read_source,
-    readme_times,
-    set_readme_run_time,
-    shown_seconds,
+    section_numbers,
     source_digest,
+    sync,
 )
+from tools.syllabus import shown_seconds
 from utils import REPO_ROOT
-from utils.paths import SOURCES_DIR
+from utils.syllabus import Lesson, lessons
 
-NB_DIR = REPO_ROOT / "notebooks"
-NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
-SOURCES = sorted(SOURCES_DIR.glob("[0-9][0-9]_*.py"))
+NOTEBOOKS = [x.notebook for x in lessons()]
+SOURCES = [x.source for x in lessons()]
 
 
 def test_there_are_notebooks():
-    assert NOTEBOOKS, "no notebooks found"
+    assert len(NOTEBOOKS) >= 12, "course.toml lists fewer lessons than the course has"
 
 
 @pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.name)
@@ -47,90 +48,116 @@ def test_every_source_has_an_executed_notebook(py):
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_in_sync_and_cleanly_executed(nb):
-    assert check(nb) == []
+    lesson = next(x for x in lessons() if x.notebook == nb)
+    sections = {x.nn: section_numbers(read_source(x.source)) for x in lessons()}
+    assert check(nb, lesson, sections) == []
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_metadata_is_minimal(nb):
     node = nbformat.read(nb, as_version=4)
     assert set(node.metadata) == {"kernelspec", "language_info", "torch_course"}
-    assert all(cell.metadata == {} for cell in node.cells)
+    assert all(cell.metadata in ({}, {"tags": ["shared"]}) for cell in node.cells)
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_opens_and_closes_for_a_learner(nb):
     cells = nbformat.read(nb, as_version=4).cells
     assert cells[0].cell_type == "markdown" and cells[0].source.startswith("# "), "first cell: a title"
-    assert re.search(r"run|minute|second", cells[0].source, re.I), "first cell: how long it runs"
-    assert cells[-1].cell_type == "markdown" and "summary" in cells[-1].source.lower(), "last cell: a summary"
+    assert re.search(r"\*\*Study time:\*\* about \d+ min", cells[0].source), "first cell: how long it takes"
+    last = cells[-1].source if cells[-1].cell_type == "markdown" else ""
+    assert "summary" in last.lower() or last.startswith(ERRATA_HEADING), "last: a summary, or the notes' errata"
 
 
-DEMO_HEADER = "# %% [markdown]\n# # Demo\n# **Study time:** about 5 min. **Run time:** 5 s\n\n"
-DEMO_README = (
-    "| # | notebook | teaches | study | run | gpu |\n| 99 | [demo](notebooks/99_demo.ipynb) | x | 5 min | 5 s | - |\n"
-)
+DEMO_HEADER = "# %% [markdown]\n# # 99 · Demo (演示)\n# **Study time:** about 5 min.\n\n"
+DEMO_SUMMARY = "\n# %% [markdown]\n# ## Summary\n# Done.\n"
+DEMO = Lesson(99, "demo", "Demo", "演示", "demo", 5, "nothing", "nothing", ())
 
 
 def _demo(tmp_path, code="print(1)"):
-    """A one-cell demo notebook as make execute stores it (4.2 s measured, shown as 5 s), and its README."""
+    """A one-cell demo notebook as make execute stores it (4.2 s measured)."""
     (tmp_path / "src").mkdir()
     src = tmp_path / "src" / "99_demo.py"
-    src.write_text(DEMO_HEADER + f"# %%\n{code}\n")
+    src.write_text(DEMO_HEADER + f"# %%\n{code}\n" + DEMO_SUMMARY)
     nb = read_source(src)
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
     nb.cells[1].execution_count = 1
     nb.metadata = {"torch_course": {"source_sha256": source_digest(nb), "run_seconds": 4.2}}
     nbformat.write(nb, tmp_path / "99_demo.ipynb")
-    (tmp_path / "README.md").write_text(DEMO_README)
     return src, nb
 
 
 def test_check_catches_a_stale_notebook(tmp_path):
     src, nb = _demo(tmp_path)
-    readme = tmp_path / "README.md"
-    assert check(tmp_path / "99_demo.ipynb", readme) == []
+    assert check(tmp_path / "99_demo.ipynb", DEMO) == []
     src.write_text(DEMO_HEADER + "# %%\nprint(2)\n")  # source edited, not re-executed
-    problems = check(tmp_path / "99_demo.ipynb", readme)
-    assert any("differ" in p for p in problems)
+    problems = check(tmp_path / "99_demo.ipynb")
+    assert any("not made from the code of 99_demo.py: run `make execute NB=99`" in p for p in problems)
     nb.cells[1].source = "print(2)"  # notebook edited by hand, outputs kept
     nbformat.write(nb, tmp_path / "99_demo.ipynb")
-    assert any("not made from these cells" in p for p in check(tmp_path / "99_demo.ipynb", readme))
+    assert any("not made from these cells" in p for p in check(tmp_path / "99_demo.ipynb"))
 
 
-def test_check_catches_run_and_study_times_that_disagree(tmp_path):
-    _, nb = _demo(tmp_path)
-    readme = tmp_path / "README.md"
-    nb.metadata["torch_course"]["run_seconds"] = 31.0  # the last run took 31 s, the header still says 5 s
-    nbformat.write(nb, tmp_path / "99_demo.ipynb")
-    assert any("not the measured 31.0 s" in p for p in check(tmp_path / "99_demo.ipynb", readme))
-    nb.metadata["torch_course"]["run_seconds"] = 4.2
-    nbformat.write(nb, tmp_path / "99_demo.ipynb")
-    readme.write_text(DEMO_README.replace("| 5 min |", "| 50 min |"))
-    assert any("README.md says 50 min / 5 s" in p for p in check(tmp_path / "99_demo.ipynb", readme))
-    readme.write_text(DEMO_README.replace("99_demo", "98_other"))
-    assert any("0 syllabus rows" in p for p in check(tmp_path / "99_demo.ipynb", readme))
+def test_a_prose_edit_costs_no_run(tmp_path):
+    """Edit a Markdown line of a source, sync: the check passes, the notebook shows the new text, outputs untouched."""
+    src, nb = _demo(tmp_path)
+    src.write_text(src.read_text().replace("about 5 min.", "about 5 min. A new sentence."))
+    assert any("differ in their Markdown: run `make sync`" in p for p in check(tmp_path / "99_demo.ipynb", DEMO))
+    assert sync(src) is True
+    synced = nbformat.read(tmp_path / "99_demo.ipynb", as_version=4)
+    assert "A new sentence." in synced.cells[0].source
+    assert synced.cells[1].outputs == nb.cells[1].outputs and synced.cells[1].execution_count == 1
+    assert synced.metadata == nb.metadata  # the digest and the measured run time: nothing was run
+    assert check(tmp_path / "99_demo.ipynb", DEMO) == []
+    assert sync(src) is False  # nothing left to copy
 
 
-def test_shown_run_times_and_the_readme_row():
+def test_sync_refuses_changed_code_and_names_the_cell(tmp_path):
+    src, _ = _demo(tmp_path)
+    src.write_text(DEMO_HEADER + "# %%\nprint(2)\n")
+    with pytest.raises(ValueError, match=r"code cell 1 changed \('print\(2\)'\): run `make execute NB=99`"):
+        sync(src)
+    src.write_text(DEMO_HEADER + "# %%\nprint(1)\n\n# %%\nprint(3)\n" + DEMO_SUMMARY)
+    with pytest.raises(ValueError, match="2 code cells, the notebook 1"):
+        sync(src)
+
+
+def test_check_compares_the_first_cell_with_the_manifest(tmp_path):
+    _demo(tmp_path)
+    other = Lesson(99, "demo", "Other title", "演示", "demo", 50, "x", "x", ())
+    text = "\n".join(check(tmp_path / "99_demo.ipynb", other))
+    assert "course.toml makes it '# 99 · Other title (演示)'" in text
+    assert "'**Study time:** about 50 min' once, as course.toml does (it says 5)" in text
+
+
+def test_section_references_must_name_a_heading():
+    sections = {"01": {"1", "2", "2.1"}, "04": {"3", "5", "13"}}
+    text = (
+        "See section 2 and §2.1, sections 1 and 2, and [notebook 04](04_mnist_cnn.ipynb), §3–5, notebook 04's "
+        "section 13 (which uses §1 here? no: the same sentence points into 04). Hooks (notebook 04) help in "
+        "section 1. Section 9 is missing. Notebook 07, section 1."
+    )
+    assert dangling_references(text, "01", sections) == [
+        "notebook 04 §1",
+        "§9",
+        "notebook 07 (no such lesson) §1",
+    ]
+
+
+def test_shown_run_times():
     assert [shown_seconds(s) for s in (0.4, 7.4, 7.6, 98, 104, 236)] == [5, 5, 10, 100, 100, 240]
-    new = set_readme_run_time(DEMO_README, "99_demo.ipynb", 35)
-    assert readme_times(new, "99_demo.ipynb") == (5, 35)
-    assert new.splitlines()[0] == DEMO_README.splitlines()[0]
 
 
-def test_execute_writes_the_measured_run_time(tmp_path):
-    src, _ = _demo(tmp_path, code="import time\ntime.sleep(8)\nprint(1)")
+def test_execute_writes_the_measured_run_time_into_the_metadata(tmp_path):
+    src, _ = _demo(tmp_path, code="import time\ntime.sleep(3)\nprint(1)")
+    before = src.read_text()
     path, seconds = execute(src)
-    assert seconds >= 8
+    assert seconds >= 3
     stored = nbformat.read(path, as_version=4)
-    shown = shown_seconds(seconds)
     assert stored.metadata["torch_course"]["run_seconds"] == round(seconds, 1)
-    assert f"**Run time:** {shown} s" in stored.cells[0].source
-    assert f"**Run time:** {shown} s" in src.read_text()  # the .py source too: they stay in sync
+    assert src.read_text() == before  # the source is not touched: the time lives in the metadata only
     assert stored.cells[1].outputs[0]["text"] == "1\n"
-    readme = tmp_path / "README.md"
-    readme.write_text(set_readme_run_time(readme.read_text(), path.name, shown))
-    assert check(path, readme) == []
+    assert check(path, DEMO) == []
 
 
 def test_check_catches_errors_warnings_and_unasserted_ignores(tmp_path):
@@ -321,3 +348,18 @@ def test_this_session_runs_as_conftest_promises():
         changed = {k: (before.get(k), v) for k, v in os.environ.items() if before.get(k) != v}
     assert changed == {}, "conftest.py did not apply apply_test_env(): (now, expected)"
     assert torch.get_num_threads() == 1
+
+
+def test_the_notes_are_named_at_most_twice_above_the_closing_section(tmp_path):
+    src, _ = _demo(tmp_path)
+    body = src.read_text()
+    lines = "# The notes say x. The notes say y.\n"
+    tail = "\n# %% [markdown]\n" + "\n".join(
+        "# " + line for line in [ERRATA_HEADING, "", "| what the notes say | now | where |"]
+    )
+    src.write_text(body.replace("# **Study time:** about 5 min.\n", "# **Study time:** about 5 min.\n" + lines) + tail)
+    sync(src)
+    assert check(tmp_path / "99_demo.ipynb", DEMO) == []  # twice above; the table below does not count
+    src.write_text(src.read_text().replace("# Done.", "# Done, as the notes say."))
+    sync(src)
+    assert any("says 'the notes' 3 times above its closing section" in p for p in check(tmp_path / "99_demo.ipynb"))

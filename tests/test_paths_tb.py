@@ -33,7 +33,7 @@ def test_read_events_round_trip(tmp_path):
             writer.add_scalar("loss", 1.0 / (step + 1), step)
         writer.add_image("digits", torch.rand(3, 8, 8), 0)
         writer.add_hparams({"lr": 0.1}, {"hp/acc": 0.5}, run_name=".")
-        with pytest.warns(FutureWarning, match=r"jit\.trace"):  # add_graph traces; tracing is deprecated in 2.14
+        with pytest.warns(FutureWarning, match=r"jit\.trace"):  # add_graph traces; tracing is deprecated
             writer.add_graph(torch.nn.Linear(2, 3), torch.randn(1, 2))
     summary = read_events(tmp_path)
     assert [s for s, _ in summary.scalars["loss"]] == [0, 1, 2]

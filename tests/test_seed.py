@@ -53,7 +53,7 @@ def test_deterministic_type():
 
 
 def test_deterministic_leaves_cublas_workspace_config_alone(monkeypatch):
-    # PyTorch 2.14 no longer requires the variable (notebook 12, section 2); setting it here would be
+    # The PyTorch the course teaches no longer requires the variable (notebook 12, section 2); setting it here would be
     # too late anyway once the process has made its first cuBLAS call.
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     try:

@@ -230,10 +230,8 @@ def test_lesson_code_errors():
 
     with pytest.raises(FileNotFoundError, match="no notebook source"):
         lesson_code.load("99_missing")
-    assert lesson_code.shared_cells("# %% [markdown]\n# Shared with benchmarks/ and tests/\n# %%\nx = 1\n") == []
-    assert lesson_code.shared_cells("# %%\n# Shared with benchmarks/ and tests/ (x)\ny = 2\n# %%\nz = 3\n") == [
-        "# Shared with benchmarks/ and tests/ (x)\ny = 2"
-    ]
+    assert lesson_code.shared_cells('# %% [markdown] tags=["shared"]\n# x = 1\n# %%\nx = 1\n') == []
+    assert lesson_code.shared_cells('# %% tags=["shared"]\ny = 2\n\n# %%\nz = 3\n') == ["y = 2"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ import nbformat
 import pytest
 import yaml
 
-from tools import site
+from tools import site, site_hooks
 from tools.site_hooks import mark_chinese, toc_tokens
 from utils.paths import REPO_ROOT
+from utils.syllabus import lessons
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_text_that_is_not_the_convention_is_not_collected(markdown):
 def test_the_glossary_names_each_key_term_once_with_a_link_to_its_anchor(staged):
     dest, terms = staged
     assert len(terms) >= 100, f"only {len(terms)} key terms collected: are the lessons' terms bold?"
-    pages = {p.name: nbformat.read(p, as_version=4) for p in dest.glob("[0-9][0-9]_*.ipynb")}
+    pages = {p.name: nbformat.read(dest / p.name, as_version=4) for p in site.lessons()}
     anchors = {
         name: re.findall(r'<a id="(term-[^"]+)" class="key-term">', "".join(c.source for c in nb.cells))
         for name, nb in pages.items()
@@ -67,7 +68,7 @@ def test_the_glossary_names_each_key_term_once_with_a_link_to_its_anchor(staged)
     assert len(rows) == len(terms)
 
 
-def test_the_landing_page_is_the_readme_syllabus_and_each_lesson_links_its_download(staged):
+def test_the_landing_page_is_the_syllabus_and_each_lesson_links_its_download_and_times(staged):
     dest, _ = staged
     index = (dest / "index.md").read_text(encoding="utf-8")
     lessons = site.lessons()
@@ -77,6 +78,7 @@ def test_the_landing_page_is_the_readme_syllabus_and_each_lesson_links_its_downl
         page = nbformat.read(dest / path.name, as_version=4)
         assert page.cells[0].source == nbformat.read(path, as_version=4).cells[0].source.partition("\n")[0]
         assert f'href="downloads/{path.name}"' in page.cells[1].source
+        assert re.search(r"Study time about \d+ min; its cells ran in \d+ s on a 2-core CPU", page.cells[1].source)
         markdown = "".join(c.source for c in page.cells if c.cell_type == "markdown")
         assert not re.search(r"\]\([^)]*\.ipynb", markdown), f"{path.name}: a link to a notebook, not to its page"
 
@@ -97,7 +99,7 @@ def test_the_lessons_publish_no_solution():
     )
     solutions = [
         block.strip()
-        for f in sorted((REPO_ROOT / "solutions").glob("[0-9][0-9]_*.md"))
+        for f in (REPO_ROOT / "solutions" / f"{x.stem}.md" for x in lessons())
         for block in re.findall(r"```python solution\n(.*?)```", f.read_text(encoding="utf-8"), re.S)
     ]
     assert len(solutions) >= 36
@@ -107,8 +109,9 @@ def test_the_lessons_publish_no_solution():
 def test_mkdocs_yml_builds_what_tools_site_stages():
     config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8").replace("!!python", "#"))
     assert REPO_ROOT / config["docs_dir"] == site.STAGE and REPO_ROOT / config["site_dir"] == site.SITE
-    nav = config["nav"]
-    assert nav[1]["Lessons"] == [p.name for p in site.lessons()]  # the lessons, in order
+    assert "nav" not in config  # made from course.toml by the hooks:
+    nav = site_hooks.on_config({"nav": None})["nav"]
+    assert nav[1]["Lessons"] == [x.ipynb for x in lessons()]  # the lessons, in order
     assert nav[0] == {"Home": "index.md"} and nav[2:] == ["glossary.md", "run_locally.md"]
     jupyter = next(p["mkdocs-jupyter"] for p in config["plugins"] if isinstance(p, dict) and "mkdocs-jupyter" in p)
     assert jupyter["execute"] is False  # the stored outputs, never re-run

@@ -14,7 +14,8 @@ backend and warning filters.
 
 Command line::
 
-    python -m tools.notebooks execute [NAME ...]   # sync .py -> .ipynb and run (all by default)
+    python -m tools.notebooks execute [NAME ...]   # .py -> .ipynb, run, store outputs (all by default)
+    python -m tools.notebooks sync [NAME ...]      # .py -> .ipynb Markdown only, nothing run (make sync)
     python -m tools.notebooks check                # report notebooks that are stale or broken
     python -m tools.notebooks learner [NAME ...]   # run them as a learner does (make test-learner)
 """
@@ -37,8 +38,9 @@ import nbformat
 from nbclient import NotebookClient
 
 from tools.course import JOBS
-from tools.lab import write_start_page
-from utils.paths import NOTEBOOKS_DIR, SOURCES_DIR
+from tools.syllabus import METADATA_KEY, stale, write_generated
+from utils.paths import REPO_ROOT, SOURCES_DIR
+from utils.syllabus import Lesson, lesson, lessons
 
 NOTEBOOK_ENV: dict[str, str] = {
     # reference outputs are made on the CPU; `make test-lax` and `make test-gpu` lift these two
@@ -91,7 +93,7 @@ PORTABLE_CONFIGS: dict[str, dict[str, str | None]] = {
     # The math libraries on their narrowest code paths: MKL's SSE2-compatible BLAS (other blocking,
     # other summation order) and oneDNN's kernels capped at SSE4.1. ATen stays on AVX2:
     # with ATEN_CPU_CAPABILITY=default, Inductor generates scalar C++ that does not compile in
-    # PyTorch 2.14 ("'at::vec' has not been declared", observed in notebook 11's torch.compile cells).
+    # the PyTorch the course teaches ("'at::vec' has not been declared", observed in notebook 11's torch.compile cells).
     "narrow-isa": {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
     # Two threads, and MKL and oneDNN unpinned (None removes the variable: MKL without CNR, oneDNN
     # on the widest ISA it finds), as on a learner's machine: reductions, matrix products and
@@ -115,60 +117,19 @@ NUMERICS_ENV_VAR = "TORCH_COURSE_NUMERICS"
 GPU_ENV_VAR = "TORCH_COURSE_GPU"
 
 GPU_ENV_KEYS = ("TORCH_COURSE_DEVICE", "CUDA_VISIBLE_DEVICES")
-METADATA_KEY = "torch_course"
 CELL_TIMEOUT_S = 600
 """Longest a notebook cell may run, in make execute and (through conftest.py) under nbval."""
 IGNORE_MARK = "# NBVAL_IGNORE_OUTPUT"
-README = NOTEBOOKS_DIR.parent / "README.md"
 
-RUN_TIME = re.compile(r"\*\*Run time:\*\* (\d+) s\b")
-"""The run time in a notebook's first cell, written there by :func:`execute` from its own measurement."""
 STUDY_TIME = re.compile(r"\*\*Study time:\*\* about (\d+) min\b")
-"""The study time in a notebook's first cell (written by its author; the README repeats it)."""
-README_TIMES = re.compile(r"\| (?P<study>\d+) min \| (?P<run>\d+) s(?P<mark>[¹²³⁴]?) \|")
-"""The study-time and run-time cells of a notebook's row in the README's syllabus table."""
-
-
-def shown_seconds(seconds: float) -> int:
-    """How a measured run time is shown: to 5 s below 100 s, to 10 s above (runs vary by about 10%)."""
-    step = 5 if seconds < 100 else 10
-    return max(step, step * round(seconds / step))
-
-
-def set_run_time(text: str, seconds: int, where: str) -> str:
-    """``text`` with the number of its one ``**Run time:** N s`` replaced by ``seconds``."""
-    found = RUN_TIME.findall(text)
-    if len(found) != 1:
-        raise ValueError(
-            f"{where}: the first cell needs exactly one '**Run time:** N s' "
-            f"(found {len(found)}); make execute writes the measured N there"
-        )
-    return RUN_TIME.sub(f"**Run time:** {seconds} s", text, count=1)
-
-
-def readme_row(readme: str, ipynb_name: str) -> str:
-    """The README syllabus row that links to ``notebooks/<ipynb_name>``."""
-    rows = [ln for ln in readme.splitlines() if ln.startswith("|") and f"(notebooks/{ipynb_name})" in ln]
-    if len(rows) != 1:
-        raise ValueError(f"README.md: {len(rows)} syllabus rows link to notebooks/{ipynb_name} (need exactly 1)")
-    return rows[0]
-
-
-def readme_times(readme: str, ipynb_name: str) -> tuple[int, int]:
-    """(study minutes, run seconds) as the README's syllabus row for ``ipynb_name`` states them."""
-    row = readme_row(readme, ipynb_name)
-    found = list(README_TIMES.finditer(row))
-    if len(found) != 1:
-        raise ValueError(f"README.md: the row of {ipynb_name} needs one '| N min | N s |' pair of cells")
-    return int(found[0]["study"]), int(found[0]["run"])
-
-
-def set_readme_run_time(readme: str, ipynb_name: str, seconds: int) -> str:
-    """``readme`` with the run-time cell of ``ipynb_name``'s syllabus row set to ``seconds``."""
-    row = readme_row(readme, ipynb_name)
-    readme_times(readme, ipynb_name)  # exactly one pair of time cells
-    new = README_TIMES.sub(lambda m: f"| {m['study']} min | {seconds} s{m['mark']} |", row)
-    return readme.replace(row, new)
+"""The study time in a notebook's first cell: the one ``course.toml`` gives the lesson."""
+ERRATA_HEADING = "## For readers of the original notes (原笔记勘误)"
+"""The closing section of a lesson: what the study notes the course was built from say, and what holds today."""
+NOTES_MENTIONS_ALLOWED = 2
+"""How often a lesson may say "the notes" above its closing section (e.g. a line of provenance)."""
+SHARED_TAG = "shared"
+"""The cell tag (``# %% tags=["shared"]`` in the source) of a code cell that tests and benchmarks run too
+(:mod:`tools.lesson_code`); the only cell metadata a notebook keeps."""
 
 
 def _x86_with_avx2() -> bool:
@@ -234,18 +195,21 @@ def _client(nb: nbformat.NotebookNode, folder: Path, timeout: int) -> NotebookCl
 
 
 def source_digest(nb: nbformat.NotebookNode) -> str:
-    """SHA-256 of the cell types and sources: what the stored outputs were made from."""
+    """SHA-256 of the code cells' sources, in order: what the stored outputs were made from. Markdown does not
+    change an output, so a prose edit keeps the digest (``make sync`` copies it into the ``.ipynb``)."""
     h = hashlib.sha256()
     for cell in nb.cells:
-        h.update(cell.cell_type.encode() + b"\0" + cell.source.strip().encode() + b"\0")
+        if cell.cell_type == "code":
+            h.update(cell.source.strip().encode() + b"\0")
     return h.hexdigest()
 
 
 def read_source(py_path: Path) -> nbformat.NotebookNode:
-    """Read a percent-format ``.py`` into a notebook with no outputs."""
+    """Read a percent-format ``.py`` into a notebook with no outputs (a cell keeps only its :data:`SHARED_TAG`)."""
     nb = jupytext.read(py_path, fmt="py:percent")
     for i, cell in enumerate(nb.cells):
-        cell.metadata = {}
+        shared = SHARED_TAG in cell.metadata.get("tags", [])
+        cell.metadata = {"tags": [SHARED_TAG]} if shared else {}
         cell.id = f"cell-{i:03d}"  # stable ids keep diffs of the .ipynb small
     return nb
 
@@ -258,70 +222,152 @@ def _minimal_metadata(digest: str, seconds: float) -> dict:
     }
 
 
+def _write_atomically(nb: nbformat.NotebookNode, out_path: Path) -> None:
+    tmp = out_path.with_suffix(".ipynb.tmp")
+    nbformat.write(nb, tmp)
+    os.replace(tmp, out_path)  # never leave a half-written notebook
+
+
 def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:
     """Build ``NN_topic.ipynb`` from ``NN_topic.py`` and run it top to bottom in a fresh kernel.
 
     The kernel runs with :data:`NOTEBOOK_ENV`, in the notebook's folder (the parent of ``src/``). A cell that raises
-    stops the run and nothing is written: stored outputs never contain an error. The measured run time
-    (:func:`shown_seconds`) is written into the ``**Run time:** N s`` of the first cell, in the
-    ``.py`` source and the notebook alike, and the seconds into the notebook's metadata; the
-    README's syllabus row is updated by :func:`main`. Returns the path of the notebook and the
-    seconds the run took.
+    stops the run and nothing is written: stored outputs never contain an error. The measured run time goes into
+    the notebook's metadata, and from there into the start page (:mod:`tools.syllabus`, rewritten by
+    :func:`main`). Returns the path of the notebook and the seconds the run took.
     """
     py_path = Path(py_path).resolve()
     out_path = notebook_path(py_path)
     nb = read_source(py_path)
-    set_run_time(nb.cells[0].source, 0, py_path.name)  # fail before a long run, not after it
     apply_notebook_env()  # stored outputs: always the pinned configuration, whatever the caller's environment
     client = _client(nb, out_path.parent, timeout)
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
-    shown = shown_seconds(seconds)
-    nb.cells[0].source = set_run_time(nb.cells[0].source, shown, py_path.name)
-    py_text = py_path.read_text()
-    py_path.write_text(set_run_time(py_text, shown, py_path.name))
     digest = source_digest(nb)
     if source_digest(read_source(py_path)) != digest:
         raise RuntimeError(f"{py_path.name} was edited while it ran: run make execute again")
     nb.metadata = _minimal_metadata(digest, seconds)
     for cell in nb.cells:
-        cell.metadata = {}
+        shared = SHARED_TAG in cell.metadata.get("tags", [])
+        cell.metadata = {"tags": [SHARED_TAG]} if shared else {}  # not nbclient's timings
         if cell.cell_type == "code":
             for out in cell.outputs:
                 if "metadata" in out:
                     out.metadata = {}
-    tmp = out_path.with_suffix(".ipynb.tmp")
-    nbformat.write(nb, tmp)
-    os.replace(tmp, out_path)  # never leave a half-written notebook
+    _write_atomically(nb, out_path)
     return out_path, seconds
 
 
-def check(ipynb_path: Path, readme: Path = README) -> list[str]:
+def sync(py_path: Path) -> bool:
+    """Copy the Markdown of ``NN_topic.py`` into ``NN_topic.ipynb`` without running anything; return whether the
+    notebook changed.
+
+    The code cells must be those the stored outputs were made from (same sources, in the same order): each keeps
+    its outputs. A changed code cell raises :class:`ValueError` naming it: only ``make execute`` may store outputs.
+    """
+    py_path = Path(py_path).resolve()
+    out_path = notebook_path(py_path)
+    if not out_path.exists():
+        raise ValueError(f"{out_path.name} does not exist yet: run `make execute NB={py_path.stem[:2]}`")
+    try:
+        stored = nbformat.read(out_path, as_version=4)
+    except Exception as err:  # noqa: BLE001 - a damaged notebook, whatever the parser raised
+        raise ValueError(f"{out_path.name} cannot be read ({type(err).__name__}): run `make execute`") from None
+    new = read_source(py_path)
+    old_code = [c for c in stored.cells if c.cell_type == "code"]
+    new_code = [c for c in new.cells if c.cell_type == "code"]
+    for i, (a, b) in enumerate(zip(old_code, new_code), 1):
+        if a.source.strip() != b.source.strip():
+            first = b.source.strip().splitlines()[0] if b.source.strip() else "(empty)"
+            raise ValueError(
+                f"{py_path.name}: code cell {i} changed ({first[:60]!r}): "
+                f"run `make execute NB={py_path.stem[:2]}` to store outputs made from it"
+            )
+    if len(old_code) != len(new_code):
+        raise ValueError(
+            f"{py_path.name}: {len(new_code)} code cells, the notebook {len(old_code)}: "
+            f"run `make execute NB={py_path.stem[:2]}`"
+        )
+    for a, b in zip(old_code, new_code):
+        b.outputs, b.execution_count = a.outputs, a.execution_count
+    new.metadata = stored.metadata
+    if [(c.cell_type, c.source, c.get("metadata")) for c in new.cells] == [
+        (c.cell_type, c.source, c.get("metadata")) for c in stored.cells
+    ] and [c.id for c in new.cells] == [c.get("id") for c in stored.cells]:
+        return False
+    _write_atomically(new, out_path)
+    return True
+
+
+SECTION_HEADING = re.compile(r"^#{2,3} (\d+(?:\.\d+)?)[.\s]", re.M)
+"""A numbered section heading: ``## 4. Title`` or ``### 2.3 Title``."""
+SECTION_REF = re.compile(r"(?:§ ?|\b[Ss]ections? )(?P<nums>\d+(?:\.\d+)?(?:(?:, | and | or |–|-| to )\d+(?:\.\d+)?)*)")
+"""A reference to a section: ``section 4``, ``§4``, ``sections 2.3–2.6``, ``sections 4 and 6``."""
+LESSON_MENTION = re.compile(
+    r"\b[Nn]otebook (\d\d)\b(?!\))|\b(\d\d)_\w+\.ipynb\b|(?<![Ss]ection )(?<![Ss]ections )(?<!§)\b(\d\d)'s\b"
+)
+"""A mention of one lesson that the section references after it in the same sentence point into: ``notebook 04``
+(not a closed aside, ``(notebook 04)``), a link to ``04_….ipynb``, or ``04's``."""
+SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n\s*\n")
+
+
+def section_numbers(nb: nbformat.NotebookNode) -> set[str]:
+    """The numbers of a notebook's numbered section headings (``4``, ``2.3``)."""
+    return {n for c in nb.cells if c.cell_type == "markdown" for n in SECTION_HEADING.findall(c.source)}
+
+
+def dangling_references(text: str, own: str, sections: dict[str, set[str]]) -> list[str]:
+    """The section references in ``text`` (written in lesson ``own``) that name no heading: ``'§14'`` or
+    ``'notebook 04 §13'``. A reference points into the lesson mentioned last before it in its sentence
+    (:data:`LESSON_MENTION`), else into ``own``. ``sections`` maps each lesson's number (``"04"``) to its
+    :func:`section_numbers`."""
+    out = []
+    for m in SECTION_REF.finditer(text):
+        before = text[: m.start()]
+        ends = list(SENTENCE_END.finditer(before))
+        sentence = before[ends[-1].end() :] if ends else before
+        mentions = list(LESSON_MENTION.finditer(sentence))
+        target = next(g for g in mentions[-1].groups() if g) if mentions else own
+        for number in re.split(r", | and | or |–|-| to ", m["nums"]):
+            if target not in sections:
+                out.append(f"notebook {target} (no such lesson) §{number}")
+            elif number not in sections[target]:
+                out.append(f"§{number}" if target == own else f"notebook {target} §{number}")
+    return out
+
+
+def check(ipynb_path: Path, lesson: Lesson | None = None, sections: dict[str, set[str]] | None = None) -> list[str]:
     """Return the problems of one stored notebook (an empty list when it is good).
 
-    Checked: the ``.py`` source exists and has the same cells; the outputs were made from the
-    current source (digest written by :func:`execute`); code cells ran once each, in order,
-    in one session; no error output; no DeprecationWarning/FutureWarning on stderr; every code cell shows something
-    (compared by nbval) or asserts something (an exercise stub is checked by the cell after it); every ``#
-    NBVAL_IGNORE_OUTPUT`` cell asserts what it shows; at least 80% of code cells are compared; the first cell's
-    run time is the one measured by :func:`execute`, and its study and run times are those of the README
-    syllabus (``readme``).
+    Checked: the ``.py`` source exists and has the same cells; the outputs were made from the current code
+    (digest written by :func:`execute`); code cells ran once each, in order, in one session; no error output; no
+    DeprecationWarning/FutureWarning on stderr; every code cell shows something (compared by nbval) or asserts
+    something (an exercise stub is checked by the cell after it); every ``# NBVAL_IGNORE_OUTPUT`` cell asserts
+    what it shows; at least 80% of code cells are compared; a run time was measured. With ``lesson`` (its entry
+    in ``course.toml``): the first heading and the study time are the manifest's. With ``sections`` (every
+    lesson's :func:`section_numbers`): each "section N" / "notebook NN §M" reference names a real heading.
     """
     ipynb_path = Path(ipynb_path)
     problems: list[str] = []
-    nb = nbformat.read(ipynb_path, as_version=4)
     py_path = source_path(ipynb_path)
     if not py_path.exists():
         return [f"{py_path} is missing: every notebook is authored as a jupytext .py in src/"]
+    try:
+        nb = nbformat.read(ipynb_path, as_version=4)
+    except Exception as err:  # noqa: BLE001 - a damaged or half-written notebook, whatever the parser raised
+        return [f"{ipynb_path.name} cannot be read ({type(err).__name__}: {str(err)[:200]}): run `make execute`"]
     src = read_source(py_path)
-    stored = [(c.cell_type, c.source.strip()) for c in nb.cells]
-    wanted = [(c.cell_type, c.source.strip()) for c in src.cells]
-    if stored != wanted:
-        problems.append(f"{ipynb_path.name} and {py_path.name} differ: run `make execute NB={ipynb_path.stem}`")
     digest = nb.metadata.get(METADATA_KEY, {}).get("source_sha256")
     if digest != source_digest(nb):
         problems.append(f"{ipynb_path.name}: stored outputs were not made from these cells: run `make execute`")
+    elif source_digest(src) != digest:
+        problems.append(
+            f"{ipynb_path.name}: its stored outputs were not made from the code of {py_path.name}: "
+            f"run `make execute NB={ipynb_path.stem[:2]}`"
+        )
+    elif [(c.cell_type, c.source.strip()) for c in nb.cells] != [(c.cell_type, c.source.strip()) for c in src.cells]:
+        problems.append(f"{ipynb_path.name} and {py_path.name} differ in their Markdown: run `make sync`")
     code = [c for c in nb.cells if c.cell_type == "code"]
     counts = [c.get("execution_count") for c in code]
     if counts != list(range(1, len(code) + 1)):
@@ -353,28 +399,58 @@ def check(ipynb_path: Path, readme: Path = README) -> list[str]:
             problems.append(f"{ipynb_path.name} code cell {i}: NBVAL_SKIP is not used in this course")
     if code and ignored / len(code) > 0.2:
         problems.append(f"{ipynb_path.name}: {ignored} of {len(code)} code cells ignore their output (max 20%)")
-    problems += _time_problems(nb, ipynb_path.name, readme)
+    if not isinstance(nb.metadata.get(METADATA_KEY, {}).get("run_seconds"), (int, float)):
+        problems.append(f"{ipynb_path.name}: no measured run time in its metadata: run `make execute`")
+    problems += _structure_problems(src, ipynb_path.name)
+    if lesson is not None:
+        problems += _manifest_problems(src, ipynb_path.name, lesson)
+    if sections is not None:
+        own = ipynb_path.name[:2]
+        for cell in src.cells:
+            problems += [
+                f"{ipynb_path.name}: {ref} is referred to, but there is no such section heading"
+                for ref in dangling_references(cell.source, own, sections)
+            ]
     return problems
 
 
-def _time_problems(nb: nbformat.NotebookNode, name: str, readme: Path = README) -> list[str]:
-    """Disagreements between the measured run time, the first cell's times and the README's syllabus."""
-    first = nb.cells[0].source if nb.cells else ""
-    run, study = RUN_TIME.findall(first), STUDY_TIME.findall(first)
-    if len(run) != 1 or len(study) != 1:
-        return [f"{name}: the first cell needs one '**Study time:** about N min' and one '**Run time:** N s'"]
+def _structure_problems(src: nbformat.NotebookNode, name: str) -> list[str]:
+    """A lesson opens with its title, ends with ``## Summary`` (then, if it has one, its closing section for readers
+    of the original notes), and says "the notes" at most :data:`NOTES_MENTIONS_ALLOWED` times above that section."""
     problems = []
-    measured = nb.metadata.get(METADATA_KEY, {}).get("run_seconds")
-    if measured is None or int(run[0]) != shown_seconds(measured):
-        problems.append(f"{name}: '**Run time:** {run[0]} s' is not the measured {measured} s: run `make execute`")
-    try:
-        in_readme = readme_times(readme.read_text(), name)
-    except (OSError, ValueError) as err:
-        return problems + [str(err)]
-    if in_readme != (int(study[0]), int(run[0])):
+    headings = [i for i, c in enumerate(src.cells) if c.cell_type == "markdown"]
+    summary = [i for i in headings if src.cells[i].source.lstrip().lower().startswith("## summary")]
+    errata = [i for i in headings if src.cells[i].source.lstrip().startswith(ERRATA_HEADING)]
+    if len(summary) != 1:
+        problems.append(f"{name}: needs one '## Summary' section (found {len(summary)})")
+    if len(errata) > 1 or (errata and summary and errata[0] < summary[0]):
+        problems.append(f"{name}: one '{ERRATA_HEADING}' section, after the summary")
+    end = errata[0] if errata else len(src.cells)
+    if errata:
+        after = [c for c in src.cells[end + 1 :] if c.cell_type == "code" or c.source.lstrip().startswith("## ")]
+        if after:
+            problems.append(f"{name}: the section '{ERRATA_HEADING}' is the last one")
+        said = sum(len(re.findall(r"\bthe notes\b", c.source, re.I)) for c in src.cells[:end])
+        if said > NOTES_MENTIONS_ALLOWED:
+            problems.append(
+                f"{name}: says 'the notes' {said} times above its closing section (at most "
+                f"{NOTES_MENTIONS_ALLOWED}): teach in the course's own voice, and move the errata into the table"
+            )
+    return problems
+
+
+def _manifest_problems(src: nbformat.NotebookNode, name: str, lesson: Lesson) -> list[str]:
+    """Where the notebook's first cell disagrees with its entry in ``course.toml``."""
+    first = src.cells[0].source if src.cells and src.cells[0].cell_type == "markdown" else ""
+    title = first.splitlines()[0] if first else ""
+    problems = []
+    if not (title == f"# {lesson.heading}" or title.startswith(f"# {lesson.heading}:")):
+        problems.append(f"{name}: its first line is {title!r}, course.toml makes it '# {lesson.heading}'")
+    study = STUDY_TIME.findall(first)
+    if study != [str(lesson.study_minutes)]:
         problems.append(
-            f"{name}: README.md says {in_readme[0]} min / {in_readme[1]} s, the notebook "
-            f"{study[0]} min / {run[0]} s: run `make execute` (run time) or fix the README (study time)"
+            f"{name}: the first cell should say '**Study time:** about {lesson.study_minutes} min' once, as "
+            f"course.toml does (it says {', '.join(study) or 'none'})"
         )
     return problems
 
@@ -444,16 +520,17 @@ def run_as_learner(ipynb_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[lis
 
 
 def _py_sources(names: list[str]) -> list[Path]:
-    all_py = sorted(SOURCES_DIR.glob("[0-9][0-9]_*.py"))
+    """The sources of the lessons named (``03`` or ``03_dynamic_graphs_and_hooks``), all by default."""
     if not names:
-        return all_py
+        return [x.source for x in lessons()]
     chosen = []
     for name in names:
-        stem = Path(name).stem
-        matches = [p for p in all_py if p.stem.startswith(stem)]  # "03" or "03_dynamic_graphs_and_hooks"
-        if not matches:
-            raise SystemExit(f"no notebook source matches {name!r} in {SOURCES_DIR}")
-        chosen.extend(m for m in matches if m not in chosen)
+        try:
+            found = lesson(Path(name).stem)
+        except LookupError as err:
+            raise SystemExit(str(err)) from None
+        if found.source not in chosen:
+            chosen.append(found.source)
     return chosen
 
 
@@ -462,12 +539,38 @@ def _execute_one(py: Path) -> tuple[str, float]:
     return path.name, seconds
 
 
+def check_all() -> list[str]:
+    """Every problem of the course's notebooks (:func:`check` with the manifest), sources that are not in
+    ``course.toml``, and generated pages that are out of date."""
+    course_lessons = lessons()
+    sections = {x.nn: section_numbers(read_source(x.source)) for x in course_lessons if x.source.exists()}
+    problems = []
+    for x in course_lessons:
+        if not x.source.exists():
+            problems.append(f"course.toml lists lesson {x.nn}, but {x.source.relative_to(REPO_ROOT)} does not exist")
+        elif not x.notebook.exists():
+            problems.append(f"{x.ipynb} does not exist: run `make execute NB={x.nn}`")
+        else:
+            problems += check(x.notebook, x, sections)
+    known = {x.source.name for x in course_lessons}
+    for py in sorted(SOURCES_DIR.glob("*.py")):
+        if py.name not in known:
+            problems.append(
+                f"{py.relative_to(REPO_ROOT)} is not a lesson of course.toml: add a [[lessons]] entry for it "
+                "(or move it out of notebooks/src/)"
+            )
+    problems += [f"{path.relative_to(REPO_ROOT)} is out of date: run `make sync`" for path in stale()]
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.notebooks", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("execute", help="sync .py -> .ipynb and store fresh outputs")
     ex.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")
     ex.add_argument("-j", "--jobs", type=int, default=JOBS, help=f"notebooks run side by side (default {JOBS})")
+    sy = sub.add_parser("sync", help="copy Markdown from the .py sources into the .ipynb, run nothing")
+    sy.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")
     sub.add_parser("check", help="list stale or broken notebooks")
     le = sub.add_parser("learner", help="run notebooks as a learner does: all cores, warnings shown, no comparison")
     le.add_argument("names", nargs="*", help="notebooks (e.g. 01 or 01_tensors); all by default")
@@ -496,17 +599,25 @@ def main(argv: list[str] | None = None) -> int:
             for py, fut in futures.items():
                 try:
                     name, seconds = fut.result()
-                    README.write_text(set_readme_run_time(README.read_text(), name, shown_seconds(seconds)))
-                    print(
-                        f"{name}: executed in {seconds:.1f} s (README and first cell: {shown_seconds(seconds)} s)",
-                        flush=True,
-                    )
+                    print(f"{name}: executed in {seconds:.1f} s", flush=True)
                 except Exception as err:  # report every failure, then fail
                     failed += 1
                     print(f"{py.name}: FAILED, notebook not written\n{err}", file=sys.stderr, flush=True)
-        write_start_page()  # it shows the README's run times
+        for path in write_generated():  # the start page shows the measured run times
+            print(f"rewrote {path.relative_to(REPO_ROOT)}")
         return 1 if failed else 0
-    problems = [p for nb in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")) for p in check(nb)]
+    if args.cmd == "sync":
+        failed = 0
+        for py in _py_sources(args.names):
+            try:
+                print(f"{notebook_path(py).name}: {'Markdown copied' if sync(py) else 'in sync'}", flush=True)
+            except ValueError as err:
+                failed += 1
+                print(f"{py.name}: not synced: {err}", file=sys.stderr, flush=True)
+        for path in write_generated():
+            print(f"rewrote {path.relative_to(REPO_ROOT)}")
+        return 1 if failed else 0
+    problems = check_all()
     print("\n".join(problems) or "all notebooks are in sync and cleanly executed")
     return 1 if problems else 0
 

@@ -8,7 +8,7 @@ MathJax 2 for the formulas, copied from the ``jupyter-server-mathjax`` package. 
 
 The staged pages:
 
-- ``index.md``, the landing page: the syllabus, made from the README's table (:func:`tools.lab.syllabus`);
+- ``index.md``, the landing page: the syllabus, made from ``course.toml`` (:func:`tools.syllabus.syllabus_table`);
 - one page per lesson, from a copy of its ``.ipynb`` with a download link at the top, an anchor on each
   key term's first use and its links to other lessons pointing at their pages; the untouched ``.ipynb`` is
   published in ``downloads/``;
@@ -43,8 +43,10 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from tools.lab import README, syllabus, syllabus_table
-from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
+from tools.syllabus import README, run_seconds, shown_seconds, syllabus_table
+from utils.paths import REPO_ROOT
+from utils.syllabus import course
+from utils.syllabus import lessons as course_lessons
 
 CONFIG = REPO_ROOT / "mkdocs.yml"
 STAGE = REPO_ROOT / "build" / "site-src"
@@ -93,7 +95,7 @@ def slug(text: str) -> str:
 
 
 def lessons() -> list[Path]:
-    return sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    return [x.notebook for x in course_lessons()]
 
 
 def key_terms(notebooks: list[Path]) -> dict[str, list[Term]]:
@@ -129,9 +131,14 @@ def stage_lesson(path: Path, terms: dict[str, list[Term]], dest: Path) -> None:
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = LESSON_LINK.sub(r"](\1.html\2)", _anchored(cell.source, path.name, terms, placed))
+    lesson = next(x for x in course_lessons() if x.ipynb == path.name)
+    seconds = run_seconds(lesson)
+    timing = f"Study time about {lesson.study_minutes} min" + (
+        f"; its cells ran in {shown_seconds(seconds)} s on a 2-core CPU" if seconds is not None else ""
+    )
     link = nbformat.v4.new_markdown_cell(
-        f'<p class="download">Download this lesson: <a href="downloads/{path.name}" download>{path.name}</a>'
-        f' (it runs inside <a href="downloads/{COURSE_ZIP}">the course</a>) ·'
+        f'<p class="download">{timing}. Download this lesson: <a href="downloads/{path.name}" download>'
+        f'{path.name}</a> (it runs inside <a href="downloads/{COURSE_ZIP}">the course</a>) ·'
         ' <a href="run_locally.html">run it yourself</a></p>'
     )
     # after the title, so that the page's title stays the notebook's first heading
@@ -185,22 +192,23 @@ def glossary_page(terms: dict[str, list[Term]], titles: dict[str, str] | None = 
     )
 
 
-def index_page(readme: str) -> str:
-    rows = syllabus(readme)
+def index_page() -> str:
+    table, notes = syllabus_table()
+    count, version = len(course_lessons()), course().pytorch
     return f"""# torch-course
 
-An executable PyTorch course: {len(rows)} Jupyter notebooks that teach PyTorch 2.14 from tensors to multi-process
-training, in order: each lesson builds on the ones before it. Every output and figure on these pages is the one
-stored in the notebook and re-checked by the course's tests. The prose is English, with the Chinese term beside
-each key term at its first use; the [glossary (术语表)](glossary.md) lists them all.
+An executable PyTorch course: {count} Jupyter notebooks that teach PyTorch {version} from tensors to multi-process
+training, in order: each lesson builds on the ones before it. Every output and figure on these
+pages is the one stored in the notebook and re-checked by the course's tests. The prose is English, with the
+Chinese term beside each key term at its first use; the [glossary (术语表)](glossary.md) lists them all.
 
 Each lesson ends with exercises that check themselves when you run them: [run the course yourself](run_locally.md)
 (two commands), or download a lesson's notebook from the top of its page.
 
-{syllabus_table(rows)}
+{table}
 
 The study time is the time to read, run and think through a lesson once and do its exercises; the run time is
-how long all its cells take on a 2-core CPU.
+how long all its cells took on the 2-core course machine (one thread).{notes}
 """
 
 
@@ -302,8 +310,8 @@ def stage(dest: Path = STAGE, mathjax: bool = True) -> dict[str, list[Term]]:
     for path in notebooks:
         stage_lesson(path, terms, dest)
     readme = README.read_text(encoding="utf-8")
-    (dest / "index.md").write_text(index_page(readme), encoding="utf-8")
-    titles = {r["file"]: r["title"] for r in syllabus(readme)}
+    (dest / "index.md").write_text(index_page(), encoding="utf-8")
+    titles = {x.ipynb: x.short for x in course_lessons()}
     (dest / "glossary.md").write_text(glossary_page(terms, titles), encoding="utf-8")
     (dest / "run_locally.md").write_text(run_locally_page(readme), encoding="utf-8")
     (dest / "assets").mkdir()

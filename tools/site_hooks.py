@@ -12,7 +12,8 @@ falls back to for English text, often a Japanese one, whose glyphs differ from C
 marks each run of Chinese text as ``<span lang="zh-Hans">``: browsers then choose a Simplified Chinese font
 (Noto Sans CJK SC, PingFang SC, Microsoft YaHei) and screen readers read it as Chinese. It also drops
 mkdocs-jupyter's Mermaid loader, which would import mermaid.js from a CDN (no lesson has a Mermaid diagram), so
-that no page refers to another host. Used by no notebook.
+that no page refers to another host. :func:`on_config` makes the site's navigation from ``course.toml``.
+Used by no notebook.
 """
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ def toc_tokens(html: str) -> list[dict]:
         parent = tokens[-1] if tokens and tokens[-1]["level"] < level else None
         (parent["children"] if parent else tokens).append(token)
     return tokens
+
+
+def on_config(config):
+    """The navigation: the landing page, the lessons in the manifest's order, the glossary, running it yourself."""
+    from utils.syllabus import course, lessons
+
+    config["site_description"] = (
+        f"An executable PyTorch {course().pytorch} course, from tensors to multi-process training"
+    )
+    config["nav"] = [
+        {"Home": "index.md"},
+        {"Lessons": [x.ipynb for x in lessons()]},
+        "glossary.md",
+        "run_locally.md",
+    ]
+    return config
 
 
 def on_page_content(html, page, config, files):

@@ -204,9 +204,10 @@ def mnist_tensors(
     if not std > 0:
         raise ValueError(f"std must be > 0, got {std}")
     ds = load_mnist(train=train, **kwargs)
-    # the same operations, in the same order, as v2.ToDtype(scale=True) and v2.Normalize: equal bits
-    images = ds.data.unsqueeze(1).to(device=device, dtype=torch.float32).mul_(1.0 / 255).sub_(mean).div_(std)
-    return images, ds.targets.to(device=device, dtype=torch.int64)
+    # the same operations, in the same order, as v2.ToDtype(scale=True) and v2.Normalize: equal bits. On the CPU,
+    # then moved: CUDA divides by a scalar as a multiplication by its reciprocal, which rounds differently.
+    images = ds.data.unsqueeze(1).to(dtype=torch.float32).mul_(1.0 / 255).sub_(mean).div_(std)
+    return images.to(device), ds.targets.to(device=device, dtype=torch.int64)
 
 
 def tensor_loader(

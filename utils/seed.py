@@ -22,9 +22,10 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> int:
 
             ``CUBLAS_WORKSPACE_CONFIG`` is not set: PyTorch releases before late 2025
             required ``:4096:8`` or ``:16:8`` for deterministic cuBLAS calls, and read it only
-            at the process's first cuBLAS call, so setting it here could come too late;
-            PyTorch 2.14 no longer requires it (it gives every cuBLAS handle and stream its
-            own workspace; pytorch/pytorch#161749 removed the check). Notebook 12 shows this.
+            at the process's first cuBLAS call, so setting it here could come too late; the
+            PyTorch the course teaches (course.toml) no longer requires it (it gives every cuBLAS
+            handle and stream its own workspace; pytorch/pytorch#161749 removed the check).
+            Notebook 12 shows this.
 
     Returns:
         The seed, so that a notebook can print or log it.

@@ -17,8 +17,7 @@
 #   accelerator (`torch.accelerator`);
 # - practise all of it in three self-checking exercises at the end.
 #
-# **You should know:** Python and a little NumPy. **Study time:** about 60 min. **Run time:** 10 s on the 2-core
-# course machine (one thread, measured by `make execute`).
+# **You should know:** Python and a little NumPy. **Study time:** about 60 min. Its cells run in seconds.
 # **On a GPU:** the last section moves tensors to `cuda`; everything else is the same.
 #
 # The course follows a teacher's study notes written for PyTorch 1.x. Where the notes use APIs that are gone

@@ -20,9 +20,8 @@
 # **Before this notebook.** Notebook 01 (creating tensors, shapes, dtypes, `requires_grad` as an
 # attribute). Calculus at the level of the chain rule and partial derivatives.
 #
-# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 15 s on the 2-core course
-# machine (one thread, measured by `make execute`), most of it importing PyTorch. The slowest cells are the numerical gradient check of the convolution and the three short training runs
-# with a gradient penalty (1–2 s each).
+# **Study time:** about 80 min (20 of them for the exercises). The slowest cells are the numerical gradient
+# check of the convolution and the three short training runs with a gradient penalty (1–2 s each).
 #
 # **On a GPU.** Nothing changes in what you learn: the optimizer, the convolution check, the
 # gradient-penalty model and the frozen ResNet run on `device`, which is CUDA when one is present.

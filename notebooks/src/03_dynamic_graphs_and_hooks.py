@@ -26,8 +26,8 @@
 #
 # **Before this notebook** you should know tensors and `requires_grad`/`backward()` basics (notebooks 01–02).
 #
-# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 10 s on the 2-core course machine
-# (one thread, measured by `make execute`); the slowest parts are importing TensorBoard and tracing the graph.
+# **Study time:** about 80 min (20 of them for the exercises). The slowest cells import TensorBoard and trace
+# the graph.
 #
 # **On a GPU.** The models and their inputs go to `get_device()`; every graph, hook and error below
 # behaves the same on CUDA (the graph nodes have the same names), only the numbers drawn from the random

@@ -19,9 +19,8 @@
 #
 # **Before this notebook.** Notebooks 01–03: tensors, autograd, `nn.Module`, optimizers, and hooks.
 #
-# **Study time:** about 95 min. **Run time:** 40 s on the 2-core course machine (one thread, measured by
-# `make execute`), of which about a third is training the course model (one epoch on one thread; more when other
-# programs share the cores).
+# **Study time:** about 95 min. Of the time its cells take to run, about a third is training the course
+# model (one epoch).
 #
 # **On a GPU.** `get_device()` picks CUDA when it is present: the data set is then copied to GPU memory once
 # (about 180 MiB) and the model trains there; the per-sample `DataLoader` uses pinned memory with
@@ -925,12 +924,9 @@ assert torch.allclose(layers(batch[:1]), out_eval[:1])
 # come out of them. And `train_steps` refuses an optimizer that holds parameters of another model — what you get by
 # re-running the cell that builds the model but not the one that builds the optimizer: training then runs without
 # an error while the new model's weights never change.
-# (The cell's first line, `# Shared with benchmarks/ and tests/`, lets `tests/test_mnist_loop.py` run it on its own,
-# with `tools.lesson_code`, and feed these functions bad input.)
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
-import math  # torch is imported above already: these lines let tests/test_mnist_loop.py run this cell on its own
+# %% tags=["shared"]
+import math
 
 import torch
 from torch import nn

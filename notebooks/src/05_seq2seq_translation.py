@@ -32,18 +32,11 @@
 # written in this notebook; `utils/seq2seq.py` only reads the corpus and makes batches.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes. **Study time:** about 110 min. **Run time:** 110 s on the 2-core course machine (one
-# thread, measured by `make execute`), most of it training three models for two epochs each. **On a GPU:** the same
+# network (GRU) computes. **Study time:** about 110 min. Most of its run time is training three models for two
+# epochs each. **On a GPU:** the same
 # code runs on `cuda` and trains faster; stored outputs come from the CPU.
 
-# %% [markdown]
-# Cells that start with `# Shared with benchmarks/ and tests/` hold the lesson's models and functions; the benchmark
-# `benchmarks/seq2seq_speed.py` and the tests `tests/test_seq2seq.py` run exactly these cells (with
-# `tools.lesson_code`), so what they measure and test is what you read and edit here. The first of them imports
-# what the others need.
-
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 import math
 import random
 import time
@@ -313,8 +306,7 @@ assert (batch.src == PAD_token).sum() == sum(batch.src.shape[1] - n for n in bat
 # change, reading the whole batch in one call instead of one word per call:
 
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 class Encoder(nn.Module):
     """The notes' EncoderRNN, reading a padded batch in one call (packed, so padding never updates the state)."""
 
@@ -363,8 +355,7 @@ assert drift > 0.01
 # `forward`, plus the check on the source length explained below):
 
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 def check_source_length(positions: int, max_length: int) -> None:
     """Location-based attention has one score per position up to max_length: refuse a longer source."""
     if positions > max_length:
@@ -475,8 +466,7 @@ assert refused  # check_source_length, not a silent crop
 # `T = 1`.
 
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Softmax over source positions of ``scores [B, T, S]``; positions where ``mask [B, S]`` is False get 0."""
     return F.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), dim=-1)
@@ -586,8 +576,7 @@ print("weights on padded positions: 0 for both")
 # likely word, one step at a time, until every sentence of the batch has written `<eos>`.
 
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 class Seq2Seq(nn.Module):
     def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
         super().__init__()
@@ -681,8 +670,7 @@ torch.testing.assert_close(w @ enc_outputs, enc_hidden[0].unsqueeze(1).expand(-1
 #   in speed.
 
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 def train_step(model: Seq2Seq, batch, optimizer: torch.optim.Optimizer, clip: float = 1.0) -> tuple[float, float]:
     """One optimisation step on a padded batch; returns the mean loss per real target word and the gradient norm."""
     model.train()
@@ -731,8 +719,7 @@ print(
 # the GPU to finish (CUDA runs asynchronously, and the CPU time would only count the kernel launches).
 
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 class Scores(NamedTuple):
     bleu: float  # corpus BLEU, 0-100 (sacrebleu)
     exact: float  # share of sentences translated exactly as the reference
@@ -1198,8 +1185,7 @@ for name, model in models.items():
 # optimiser step. `train_pair_notes_style` is that loop, on the same model:
 
 
-# %%
-# Shared with benchmarks/ and tests/ (tools.lesson_code runs this cell)
+# %% tags=["shared"]
 def train_pair_notes_style(
     model: Seq2Seq, src: torch.Tensor, tgt: torch.Tensor, optimizer: torch.optim.Optimizer
 ) -> float:

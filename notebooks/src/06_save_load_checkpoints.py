@@ -15,10 +15,8 @@
 # **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
 # scheduler (the earlier notebooks).
 #
-# **Study time:** about 75 min, 20 of them for the exercises at the end. **Run time:** 15 s on the 2-core
-# course machine (one thread, measured by `make execute`; more on a busy machine), most of it spent importing
-# PyTorch and its compiler stack (`torch.compile`, `torch.export`) and in a child Python process that we kill on
-# purpose.
+# **Study time:** about 75 min, 20 of them for the exercises at the end. Most of its run time is spent importing PyTorch's
+# compiler stack (`torch.compile`, `torch.export`) and in a child Python process that we kill on purpose.
 #
 # **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would
 # happen instead); checkpoints then also hold the CUDA random states, and the resume demonstration

@@ -18,8 +18,7 @@
 # **Before this notebook.** A training loop (notebooks 02–05): forward, `backward()`, `optimizer.step()`;
 # checkpoints with `utils.checkpoint_files` (notebook 06).
 #
-# **Study time:** about 70 min, 20 of them for the exercises at the end. **Run time:** 40 s on the 2-core course
-# machine (one thread, measured by `make execute`). Most of it is the autocast run of section 5, because bfloat16 matrix products are *emulated* in
+# **Study time:** about 70 min, 20 of them for the exercises at the end. Most of its run time is the autocast run of section 5, because bfloat16 matrix products are *emulated* in
 # those runs: the course machine has no bfloat16 instructions, and `make execute` pins PyTorch's kernels to AVX2
 # on every x86 CPU anyway (`ATEN_CPU_CAPABILITY=avx2`, `ONEDNN_MAX_CPU_ISA=AVX2`, so that outputs agree between
 # machines; README, "Which outputs are compared"). Run by hand on a CPU with bfloat16 instructions (AVX-512 BF16,

@@ -23,8 +23,7 @@
 # processes on the CPU.
 #
 # **Study time:** about 95 min (20 of them for the exercises).
-# **Run time:** 65 s on the 2-core course machine (measured by `make execute`).
-# Almost all of it is starting processes: five launches start 21 processes (the restart of section 6
+# Almost all of its run time is starting processes: five launches start 21 processes (the restart of section 6
 # included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
 #
 # **On a GPU.** The programs choose the NCCL backend and the device `cuda:LOCAL_RANK` when the machine has a

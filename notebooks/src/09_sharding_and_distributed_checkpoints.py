@@ -20,8 +20,7 @@
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
 #
 # **Study time:** about 80 min (20 of them for the exercises).
-# **Run time:** 45 s on the 2-core course machine (measured by `make execute`).
-# Almost all of it is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
+# Almost all of its run time is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
 #
 # **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
 # gloo on the CPU otherwise; the device mesh is built on the same device type. `ToyMpModel` puts its two halves

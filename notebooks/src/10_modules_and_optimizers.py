@@ -18,8 +18,7 @@
 # ([notebook 03](03_dynamic_graphs_and_hooks.ipynb), §6, and [notebook 04](04_mnist_cnn.ipynb), §13), buffers in
 # a `state_dict` ([notebook 06](06_save_load_checkpoints.ipynb), §1).
 #
-# **Study time:** about 70 min (20 of them for the exercises). **Run time:** 10 s on the 2-core course machine (one thread, measured by
-# `make execute`).
+# **Study time:** about 70 min (20 of them for the exercises). Its cells run in seconds.
 #
 # **On a GPU:** the optimizer demonstration of section 2.1 moves its layer to `cuda`; everything else runs on
 # the CPU by design (the lessons are about bookkeeping, not speed). The stored outputs were made on the CPU.

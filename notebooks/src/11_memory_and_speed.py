@@ -19,9 +19,8 @@
 # §4; the in-place errors of autograd in [notebook 03](03_dynamic_graphs_and_hooks.ipynb), §8; worker processes
 # and samplers in [notebook 04](04_mnist_cnn.ipynb), §3–5.
 #
-# **Study time:** about 80 min (20 of them for the exercises). **Run time:** 20 s on the 2-core course machine (one thread, measured by
-# `make execute` with a warm `torch.compile` cache); the first run on a machine spends about 15 s more while
-# Inductor builds its C++ kernels.
+# **Study time:** about 80 min (20 of them for the exercises). The first run on a machine spends about 15 s more than
+# later runs while Inductor builds its C++ kernels (it keeps them on disk).
 #
 # **On a GPU:** activation memory is also measured with `torch.cuda.max_memory_allocated`, batches are pinned and
 # copied with `non_blocking=True`, Inductor generates Triton kernels, and the profiled optimizer step shows the

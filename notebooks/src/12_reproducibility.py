@@ -15,8 +15,7 @@
 # [notebook 07](07_mixed_precision.ipynb), §4; choosing GPUs with `CUDA_VISIBLE_DEVICES` in the setup of
 # [notebook 08](08_data_parallel_ddp.ipynb). They are only linked here.
 #
-# **Study time:** about 40 min (15 of them for the exercises). **Run time:** 5 s on the 2-core course machine (one thread, measured by
-# `make execute`).
+# **Study time:** about 40 min (15 of them for the exercises). Its cells run in seconds.
 #
 # **On a GPU:** section 2 checks, in a fresh process without `CUBLAS_WORKSPACE_CONFIG`, that deterministic mode
 # runs cuBLAS matrix products and repeats them bit for bit, and section 4 prints the CUDA and cuDNN versions and

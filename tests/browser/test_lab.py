@@ -23,15 +23,16 @@ import urllib.request
 
 import pytest
 
-from tools.lab import START_PAGE
 from tools.notebooks import learner_env
+from tools.syllabus import START_PAGE
 from utils.exercises import WRONG as NOT_YET
 from utils.exercises import Checker, judge
 from utils.paths import NOTEBOOKS_DIR, REPO_ROOT
+from utils.syllabus import lessons
 
 CHROMIUM = os.environ.get("TORCH_COURSE_CHROMIUM", "/usr/bin/chromium")
 NOTEBOOK = "01_tensors.ipynb"
-LESSONS = sorted(p.name for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+LESSONS = [x.ipynb for x in lessons()]
 OUT = REPO_ROOT / "runs" / "test-browser"
 TOKEN = "torch-course-browser-test"
 WRONG = "answer_1 = [(2, 1, 4), (2, 4), (1, 4, 12)]"  # a and b swapped: keepdim misread

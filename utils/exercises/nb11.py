@@ -21,7 +21,7 @@ S_REENTRANT = "1.3 Random numbers, and `use_reentrant`"
 S_INPLACE = "2. In-place operations (原地操作)"
 S_FUSION = "5. Fusing Conv and BatchNorm for inference (Conv 层和 BN 层融合)"
 
-# Which snippets of exercise 1 raise in backward(), and why (verified on PyTorch 2.14).
+# Which snippets of exercise 1 raise in backward(), and why (verified on the PyTorch of course.toml).
 RAISES = {"A": True, "B": False, "C": True, "D": False, "E": True, "F": False}
 WHY = {
     "A": "A raises: the derivative of exp is exp itself, so `exp` saves its output y, and `y.add_(1)` overwrites it",
@@ -126,7 +126,7 @@ def checkpointed(fn):
         )
         if "use_reentrant parameter should be passed explicitly" in said:
             hint(
-                "`checkpoint` was called without use_reentrant: PyTorch 2.14 then warns and falls back to the "
+                "`checkpoint` was called without use_reentrant: PyTorch then warns and falls back to the "
                 "reentrant implementation, which gives no gradient to a block whose inputs do not require grad; "
                 "pass use_reentrant=False"
             )

@@ -28,6 +28,7 @@ import nbformat
 
 from utils.exercises import CORRECT, LOG_ENV_VAR, NOT_ATTEMPTED, WRONG
 from utils.paths import NOTEBOOKS_DIR, SOURCES_DIR
+from utils.syllabus import lessons
 
 HEADING = "## Exercises (练习)"
 STUB_RE = re.compile(r"^# ✏️ Exercise (\d+)")
@@ -134,7 +135,7 @@ def _run_in_subprocess(path: Path, timeout: int) -> list[dict]:
 
 def progress(names: list[str] | None = None, folder: Path = NOTEBOOKS_DIR, timeout: int = 300) -> str:
     """A table of which exercises pass, per notebook, from the notebooks as saved in ``folder``."""
-    paths = sorted(p for p in Path(folder).glob("[0-9][0-9]_*.ipynb"))
+    paths = [Path(folder) / x.ipynb for x in lessons() if (Path(folder) / x.ipynb).exists()]
     if names:
         paths = [p for p in paths if any(p.name.startswith(n) for n in names)]
         if not paths:
