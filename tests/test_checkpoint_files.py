@@ -301,17 +301,17 @@ def test_rng_states_are_per_rank(tmp_path):
         save_checkpoint(tmp_path / "x", model=model, step=1, rng_states={})
 
 
-def test_version_1_file_is_read_as_rank_0(tmp_path):
+@pytest.mark.parametrize(("version", "advice"), [(1, "older version of the course"), (4, "newer version")])
+def test_a_file_of_another_format_is_refused_and_left_as_it_is(tmp_path, version, advice):
     model = _make()[0]
     path = save_checkpoint(tmp_path, model=model, step=1)
     payload = torch.load(path, weights_only=True)
-    payload["version"], payload["rng"] = 1, payload["rng"][0]  # the old layout: one state
+    payload["version"] = version
     torch.save(payload, path)
-    after_save = _draw()
-    load_checkpoint(path, model=model)
-    assert _draw() == after_save
-    with pytest.raises(ValueError, match="not of rank 1"):
-        load_checkpoint(path, model=model, rank=1)
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError, match=f"format version {version}; this code reads version 3 only: .*{advice}"):
+        load_checkpoint(path, model=model)
+    assert path.read_bytes() == before
 
 
 def test_rng_state_helpers():

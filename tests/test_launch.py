@@ -375,3 +375,16 @@ def test_the_error_shows_the_first_failing_rank_and_its_traceback(tmp_path):
     assert "rank 1 failed first" in message, message
     assert 'raise ValueError("boom")' in message and "ValueError: boom" in message, message
     assert leftover_processes([info.value.result.launch_id]) == []
+
+
+def test_the_loopback_patch_fits_this_torch():
+    """utils.launch hands torchrun's stores a loopback socket by wrapping TCPStore where torchrun looks it up: if a
+    torch release moves those names or changes the constructor, this fails here rather than silently elsewhere."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
+
+    from utils.launch import tcpstore_parameters
+
+    params = tcpstore_parameters()
+    assert params[:4] == ("host_name", "port", "world_size", "is_master") and "master_listen_fd" in params
+    assert c10d_rendezvous_backend.TCPStore is static_tcp_rendezvous.TCPStore is dist.TCPStore

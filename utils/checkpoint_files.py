@@ -136,8 +136,8 @@ __all__ = [
 CHECKPOINT_FORMAT = "torch-course-checkpoint"
 """Value of the ``"format"`` key of every file written by :func:`save_checkpoint`."""
 FORMAT_VERSION = 3
-"""Version 3 files end with their SHA-256 and name the optimizer's and scheduler's classes; version 2
-stores ``"rng"`` as ``{rank: rng_state_dict()}``; version 1 held one state (read as rank 0)."""
+"""The one format this module writes and reads: files end with their SHA-256, name the optimizer's and scheduler's
+classes and store ``"rng"`` as ``{rank: rng_state_dict()}``. Files of another version are refused, never rewritten."""
 SUPERSEDED_DIR = "superseded"
 """Sub-folder that receives checkpoints with a larger number than the one being saved (a rollback)."""
 _NAME_PATTERN = r"checkpoint_(\d+)\.pt"
@@ -760,8 +760,18 @@ def _read(path: Path, map_location: Any, verify: bool) -> dict[str, Any]:
             f"checkpoint {path} is not a torch-course checkpoint (was it written by save_checkpoint?)"
         )
     version = payload.get("version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has format version {version!r}; this code reads <= {FORMAT_VERSION}")
+    if version != FORMAT_VERSION:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise CheckpointError(
+            f"checkpoint {path} has format version {version!r}; this code reads version {FORMAT_VERSION} only: "
+            + (
+                "it was written by a newer version of the course; update this copy of the course to load it "
+                "(the file is left as it is; do not save into its folder until then)"
+                if newer
+                else "it was written by an older version of the course; load its weights with torch.load(path, "
+                "weights_only=True)['model'] and save a new checkpoint (the file is left as it is)"
+            )
+        )
     return payload
 
 
@@ -919,7 +929,7 @@ def _check_components_fit(
     scaler: Any,
 ) -> None:
     """Everything that can be checked without changing the objects; nothing is loaded before it passed."""
-    recorded = payload.get("classes") or {}
+    recorded = payload["classes"]
     for component, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
         if component is None:
             continue
@@ -946,8 +956,6 @@ def _rng_state_to_restore(payload: Mapping[str, Any], path: Path, rank: int | No
         return None
     if not isinstance(states, Mapping):
         raise CheckpointError(f"checkpoint {path} holds malformed random states; load it with restore_rng=False")
-    if payload.get("version") == 1 or "python" in states:  # version 1: one state, saved by rank 0
-        states = {0: states}
     me = _current_rank() if rank is None else int(rank)
     if me not in states:
         raise ValueError(
@@ -984,7 +992,7 @@ def load_checkpoint(
             listed again).
         model: receives the saved ``state_dict`` (unwrapped from DataParallel/DDP/``torch.compile``).
         optimizer, scheduler, scaler: restored when given; the file must contain their states, of
-            the same classes (files of version 3 record them), and the optimizer the same
+            the same classes (the file records them), and the optimizer the same
             parameter groups.
         map_location: where tensors are materialised while loading (``torch.load``'s argument).
             The default ``"cpu"`` never allocates on a GPU the file names (in DDP every rank would

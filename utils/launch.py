@@ -779,27 +779,42 @@ def _loopback_listener(port: int) -> tuple[int, int]:
     return sock.getsockname()[1], sock.detach()
 
 
+def tcpstore_parameters() -> tuple[str, ...]:
+    """The names of ``TCPStore``'s constructor parameters, in order, read from this torch's own signature.
+
+    Raises:
+        RuntimeError: the signature no longer has what :func:`_listen_on_loopback_only` relies on.
+    """
+    import torch.distributed as dist
+
+    doc = (dist.TCPStore.__init__.__doc__ or "").split("\n", 1)[0]
+    names = tuple(re.findall(r", (\w+): ", doc))
+    if not {"port", "is_master", "master_listen_fd"} <= set(names):
+        raise RuntimeError(
+            f"torch {_torch_version()}: TCPStore's signature changed ({doc[:200]!r}); "
+            "utils.launch cannot make its stores listen on loopback only: update _listen_on_loopback_only"
+        )
+    return names
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def _listen_on_loopback_only() -> None:
     """Make every TCPStore server that this process starts listen on 127.0.0.1 only.
 
-    ``TCPStore(host, port, is_master=True)`` listens on every interface whatever ``host`` says; the
-    only way to choose the address is to give it a socket that already listens
-    (``master_listen_fd``). torchrun's agent creates its stores through these three names.
+    ``TCPStore(host, port, is_master=True)`` listens on every interface whatever ``host`` says; no public
+    setting chooses the address, except giving it a socket that already listens (``master_listen_fd``).
+    torchrun's agent creates its stores through the names patched here (``tests/test_launch.py`` fails
+    loudly if a torch release moves them or changes the constructor).
     """
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
 
-    params = (
-        "host_name",
-        "port",
-        "world_size",
-        "is_master",
-        "timeout",
-        "wait_for_workers",
-        "multi_tenant",
-        "master_listen_fd",
-        "use_libuv",
-    )
+    params = tcpstore_parameters()
 
     class LoopbackTCPStore(dist.TCPStore):
         def __init__(self, *args, **kwargs):
@@ -808,6 +823,9 @@ def _listen_on_loopback_only() -> None:
                 kwargs["port"], kwargs["master_listen_fd"] = _loopback_listener(kwargs["port"])
             super().__init__(**kwargs)
 
+    for module in (dist, c10d_rendezvous_backend, static_tcp_rendezvous):
+        if getattr(module, "TCPStore", None) is not dist.TCPStore:
+            raise RuntimeError(f"{module.__name__} no longer uses torch.distributed.TCPStore: update utils.launch")
     dist.TCPStore = c10d_rendezvous_backend.TCPStore = static_tcp_rendezvous.TCPStore = LoopbackTCPStore
 
 
