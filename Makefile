@@ -77,8 +77,7 @@ test-learner: venv
 # set TORCH_COURSE_CHROMIUM to a Chromium or Chrome binary. Playwright: the lock with the browser extra.
 # The website: pages staged in build/site-src/, then `mkdocs build --strict` (mkdocs.yml) into build/site/.
 site:
-	$(COURSE) venv --browser
-	$(PY) -m tools.site
+	$(COURSE) site
 
 BROWSER_DEBS := chromium chromium-driver fonts-noto-cjk
 test-browser: site
@@ -93,17 +92,17 @@ test-browser: site
 	fi
 	$(PY) -m pytest -v tests/browser
 
-progress: venv
-	$(PY) -m utils.exercises $(NB)
+progress:
+	$(COURSE) progress $(NB)
 
 execute: venv
 	$(PY) -m tools.notebooks execute $(JOBS_ARG) $(NB)
 
-sync: venv
-	$(PY) -m tools.notebooks sync $(NB)
+sync:
+	$(COURSE) sync $(NB)
 
-check: venv
-	$(PY) -m tools.notebooks check
+check:
+	$(COURSE) check
 
 clean:
 	rm -rf runs notebooks/runs build .pytest_cache .ruff_cache data/MNIST *.egg-info

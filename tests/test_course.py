@@ -97,3 +97,18 @@ def test_a_tool_setting_does_not_reinstall_the_venv(tmp_path, monkeypatch):
     assert lock_digest(tmp_path / "requirements.txt") == before
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["six"]\n\n[tool.ruff]\nline-length = 100\n')
     assert lock_digest(tmp_path / "requirements.txt") != before
+
+
+def test_every_learner_command_of_make_runs_without_make_too():
+    """Windows without make: python tools/course.py offers what make offers a learner and an author."""
+    from tools.course import COMMANDS
+
+    assert {"progress", "execute", "sync", "check", "site"} <= set(COMMANDS)
+    done = subprocess.run(
+        [sys.executable, "tools/course.py", "--venv", sys.prefix, "check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "all notebooks are in sync" in done.stdout, done.stdout + done.stderr

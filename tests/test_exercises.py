@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from tools.notebooks import notebook_path
-from utils.exercises import CORRECT, KNOWN_ERRORS, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge
+from utils.exercises import CORRECT, KNOWN_ERRORS, NOT_ATTEMPTED, WRONG, Checker, Registry, hint, judge, returns
 from utils.exercises.section import (
     check_number,
     code_sources,
@@ -206,12 +206,40 @@ def test_judge_reports_every_status_without_a_traceback():
     assert "use `reshape`" in message and "01 · 4. Memory layout" in message
 
 
+def test_a_check_never_grades_an_older_answer_and_a_check_before_its_stub_says_so():
+    """make progress as JupyterLab (utils.exercises._watch_cells): a stub whose last run raised is not graded from
+    the answer an earlier run left, and a check run before its stub gets one line, not a NameError."""
+    sources = section(SOURCES[0])
+    right = solutions(SOURCES[0].stem)[1]["solution"][0] if SOLUTIONS_DIR.is_dir() else None
+    if right is None:
+        pytest.skip("no solutions/")
+    stub = next(s for s in sources if stub_number(s) == 1)
+    check = next(s for s in sources if check_number(s) == 1)
+    setup = sources[0]
+    broken = stub.splitlines()[0] + "\n" + right.rstrip()[:-1]  # the right answer with its last bracket lost
+    output = run_sources([setup, check, stub.splitlines()[0] + "\n" + right, check, broken, check])
+    lines = [ln for ln in output.splitlines() if ln.startswith("Exercise 1")]
+    assert lines[0].startswith("Exercise 1 (练习 1): ○ not attempted yet. `answer_1` is not defined: run the")
+    assert lines[1] == "Exercise 1 (练习 1): ✓ correct."
+    assert lines[2].startswith("Exercise 1 (练习 1): ✗ not yet. The exercise's cell above raised SyntaxError")
+
+
+@TOY.exercise(3, "returns something", "section A")
+def _returns_something(fn):
+    returns(fn)
+
+
+def test_a_hint_that_asks_a_question_keeps_its_question_mark():
+    status, message = judge(TOY, 3, lambda: None)
+    assert message.startswith("Your function returned None: did you forget `return`? Re-read “"), message
+
+
 def test_a_broken_stub_cell_is_reported_and_the_others_still_run():
     sources = section(SOURCES[0])
     broken = {1: "answer_1 = [(2, 4), (2, 1, 4)"}  # a syntax error
     output = run_sources(replaced(sources, broken))
     lines = check_lines(output)
-    assert "✗ not yet. The cell above raised an error" in lines[1]
+    assert "✗ not yet. The exercise's cell above raised SyntaxError on its last run" in lines[1]
     assert all("not attempted" in lines[n] for n in lines if n != 1)
 
 

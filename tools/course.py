@@ -6,6 +6,7 @@ The Makefile calls this script, and without ``make`` (Windows) it is called dire
     python tools/course.py lab     # the venv, then JupyterLab on notebooks/
     python tools/course.py test    # the venv, the lock check, then the unit tests and every notebook
     python tools/course.py lock    # regenerate requirements.txt and requirements-browser.txt (uv)
+    python tools/course.py progress [NN ...]   # and execute, sync, check, site: what make NAME does
 
 It needs only the standard library, as it runs before the venv exists. Packages are installed with uv
 when it can be had (on the PATH, or bootstrapped with pip into ``.venv/.uv``), else with pip; uv is
@@ -35,6 +36,14 @@ SUPPORTED_PYTHONS = ((3, 10), (3, 13))
 """The oldest and newest Python the course runs on (pyproject.toml's requires-python; `make test-pythons`)."""
 JOBS = 2
 """Notebooks run side by side by ``make test`` and ``make execute``: one per core of the 2-core course machine."""
+COMMANDS: dict[str, tuple[list[str], str]] = {
+    "progress": (["utils.exercises"], "which exercises pass, per notebook (make progress)"),
+    "execute": (["tools.notebooks", "execute"], "re-run notebooks and store fresh outputs (make execute)"),
+    "sync": (["tools.notebooks", "sync"], "copy prose edits of the sources into the notebooks (make sync)"),
+    "check": (["tools.notebooks", "check"], "list stale or broken notebooks (make check)"),
+    "site": (["tools.site"], "build the course's website into build/site/ (make site)"),
+}
+"""The make targets that run one module of the course in the venv: ``python tools/course.py NAME [NN ...]``."""
 OWN_PACKAGES = {"torch-course", "pip", "setuptools"}
 """Installed in the venv but not locked: the course itself and the installers ``python -m venv`` seeds."""
 
@@ -260,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     test.add_argument("-j", "--jobs", type=int, default=JOBS, help=f"notebooks run side by side (default {JOBS})")
     test.add_argument("pytest_args", nargs="*", help="instead of the default run (tests and notebooks)")
     sub.add_parser("lock", help="regenerate requirements.txt and requirements-browser.txt with uv")
+    for name, (_, what) in COMMANDS.items():
+        one = sub.add_parser(name, help=what)
+        one.add_argument("names", nargs="*", help="notebooks, e.g. 04 (all by default)")
     sub.add_parser("_differences").add_argument("lock", type=Path)
     args = parser.parse_args(argv)
     if not SUPPORTED_PYTHONS[0] <= sys.version_info[:2] <= SUPPORTED_PYTHONS[1]:
@@ -275,7 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "lock":
         return lock(venv)
-    py = ensure_venv(venv, browser=args.cmd == "venv" and args.browser, exact=args.cmd == "venv")
+    browser = (args.cmd == "venv" and args.browser) or args.cmd == "site"
+    py = ensure_venv(venv, browser=browser, exact=args.cmd == "venv")
+    if args.cmd in COMMANDS:  # what make progress, execute, sync, check and site run
+        return subprocess.run([str(py), "-m", *COMMANDS[args.cmd][0], *args.names], cwd=ROOT).returncode
     if args.cmd == "lab":  # JupyterLab on notebooks/ with the course's settings and start page (tools/lab.py)
         return subprocess.run([str(py), "-m", "tools.lab"], cwd=ROOT).returncode
     if args.cmd == "test":

@@ -226,6 +226,11 @@ def _write_atomically(nb: nbformat.NotebookNode, out_path: Path) -> None:
     tmp = out_path.with_suffix(".ipynb.tmp")
     nbformat.write(nb, tmp)
     os.replace(tmp, out_path)  # never leave a half-written notebook
+    # jupytext (in JupyterLab) refuses to open a pair whose .ipynb is newer than its .py and differs from it in
+    # anything, blank lines between cells included: the source stays the newer file, as it is the source.
+    source = source_path(out_path)
+    if source.exists():
+        os.utime(source, (time.time(), max(time.time(), out_path.stat().st_mtime)))
 
 
 def execute(py_path: Path, timeout: int = CELL_TIMEOUT_S) -> tuple[Path, float]:

@@ -112,7 +112,7 @@ def parse(text: str, name: str = "course.toml") -> Course:
     where = f"{name} [course]"
     pytorch = _field(head, "pytorch", str, where)
     if not re.fullmatch(r"\d+\.\d+", pytorch):
-        raise ManifestError(f"{where}: pytorch = {pytorch!r} should be a minor version such as '2.14'")
+        raise ManifestError(f"{where}: pytorch = {pytorch!r} should be a minor version such as '2.9'")
     tables = data.get("lessons")
     if not isinstance(tables, list) or not tables:
         raise ManifestError(f"{name}: no [[lessons]]: the course needs at least one lesson")

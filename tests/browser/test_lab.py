@@ -206,4 +206,16 @@ def test_a_learner_gets_a_hint_then_a_success(lab, page):
     while RIGHT not in source.read_text():
         assert time.monotonic() < deadline, f"saving {NOTEBOOK} did not update src/{source.name}"
         time.sleep(0.2)
-    print(f"screenshots: {OUT.relative_to(REPO_ROOT)}/first-start.png, exercise-hint.png, exercise-correct.png")
+
+    # The stub broken after a right answer: the kernel still holds the right answer, but the check must not grade it.
+    _type_into(page, stub, "# ✏️ Exercise 1: my answer\n" + RIGHT[:-1])
+    assert "SyntaxError" in _run(page, stub)
+    text = _run(page, check)
+    assert "✗ not yet. The exercise's cell above raised SyntaxError on its last run" in text, text
+    assert "✓" not in text
+    check.scroll_into_view_if_needed()
+    page.screenshot(path=str(OUT / "exercise-broken-stub.png"))
+    print(
+        f"screenshots: {OUT.relative_to(REPO_ROOT)}/first-start.png, exercise-hint.png, exercise-correct.png, "
+        "exercise-broken-stub.png"
+    )

@@ -220,12 +220,104 @@ _NAMES = {"eps", "idx", "var", "lr", "loss", "grad", "model", "optimizer", "scal
 
 
 def _with_section(message: str, section: str) -> str:
-    return f"{_sentence(message.rstrip('.'))}. Re-read “{section}”."
+    text = _sentence(message.rstrip("."))
+    return f"{text}{'' if text.endswith(('?', '!')) else '.'} Re-read “{section}”."
 
 
 def _returned_none_hint(value: Any) -> None:
     if value is None:
         hint("your function returned None: did you forget `return`?")
+
+
+STUB_MARK = "# ✏️ Exercise "
+"""The first line of an exercise's stub cell starts with it: ``# ✏️ Exercise 2: ...``."""
+_CHECK_CALL = re.compile(r"\bex\.check\((\d+)")
+_STUB = re.compile(r"^# ✏️ Exercise (\d+)\b")
+
+_failed_stubs: dict[int, str] = {}
+"""Exercise number -> the error its stub cell raised on its last run, in this kernel (none: it ran or never did)."""
+_previous_cell: dict[str, str | None] = {"error": None}
+"""The error the cell run just before the current one raised (a stub whose first line was deleted is still seen)."""
+
+
+def stub_failed(number: int, error: BaseException | None) -> None:
+    """Record how an exercise's stub cell ended its last run (``error`` None: it ran to the end)."""
+    if error is None:
+        _failed_stubs.pop(number, None)
+    else:
+        _failed_stubs[number] = type(error).__name__
+
+
+def failed_stubs() -> dict[int, str]:
+    """{exercise number: the error its stub cell raised on its last run}, in this kernel."""
+    return dict(_failed_stubs)
+
+
+def previous_cell_failed(error: BaseException | None, is_check: bool = False) -> None:
+    """Record how the cell that just ran ended (a check cell's own errors do not count)."""
+    _previous_cell["error"] = None if (error is None or is_check) else type(error).__name__
+
+
+def stub_error(number: int) -> str | None:
+    """The error to report instead of grading exercise ``number``: its stub's last run, or the cell just before."""
+    return _failed_stubs.get(number) or _previous_cell["error"]
+
+
+def reset_stubs() -> None:
+    """Forget every stub's last run (a fresh namespace)."""
+    _failed_stubs.clear()
+    _previous_cell["error"] = None
+
+
+def failed_stub_message(number: int, error_name: str) -> str:
+    """The check's answer when the stub's last run raised: the answer in memory is an older one."""
+    return (
+        f"Exercise {number} (练习 {number}): ✗ not yet. The exercise's cell above raised {error_name} on its last "
+        "run, so what the kernel holds is not your answer: fix the cell, run it again, then this one."
+    )
+
+
+def missing_name_message(number: int, name: str) -> str:
+    """The check's answer when the learner's answer does not exist yet (the stub was not run)."""
+    return (
+        f"Exercise {number} (练习 {number}): ○ not attempted yet. `{name}` is not defined: run the exercise's "
+        f"cell first (the one above, starting with `{STUB_MARK}{number}`), then this one."
+    )
+
+
+def _watch_cells() -> None:
+    """In IPython (JupyterLab, nbclient), note whether each stub cell's last run raised, and answer a check cell
+    run before its stub with one line instead of a NameError traceback. Installed once per kernel."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None or getattr(ip, "_torch_course_watch", False):
+        return
+
+    def after(result) -> None:
+        cell = (result.info.raw_cell or "") if result.info else ""
+        error = result.error_before_exec or result.error_in_exec
+        if m := _STUB.match(cell.lstrip()):
+            stub_failed(int(m.group(1)), error)
+        previous_cell_failed(error, is_check=bool(_CHECK_CALL.search(cell)))
+
+    def on_name_error(shell, etype, value, tb, tb_offset=None):
+        cell = (shell.user_ns.get("In") or [""])[-1]
+        m, name = _CHECK_CALL.search(cell), re.search(r"name '(\w+)' is not defined", str(value))
+        if m and name and name.group(1) != "ex":
+            number = int(m.group(1))
+            if error := stub_error(number):
+                print(failed_stub_message(number, error))
+            else:
+                print(missing_name_message(number, name.group(1)))
+            return None
+        return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+    ip.events.register("post_run_cell", after)
+    ip.set_custom_exc((NameError,), on_name_error)
+    ip._torch_course_watch = True
 
 
 class Checker:
@@ -238,16 +330,25 @@ class Checker:
 
         self.notebook = notebook
         self.registry: Registry = importlib.import_module(f"utils.exercises.nb{notebook}").EXERCISES
+        _watch_cells()
         if not quiet:
             print(f"Notebook {notebook}: {len(self.registry.exercises)} exercises")
             for ex in self.registry.exercises.values():
                 print(f"  {ex.number}. {ex.title}")
 
     def check(self, number: int, *answers: Any) -> None:
-        status, message = judge(self.registry, number, *answers)
-        mark = {CORRECT: "✓ correct", WRONG: "✗ not yet", NOT_ATTEMPTED: "○ not attempted yet"}[status]
-        line = f"Exercise {number} (练习 {number}): {mark}"
-        print(f"{line}. {message}" if message else f"{line}.")
+        if error := stub_error(number):
+            status = WRONG
+            print(failed_stub_message(number, error))
+        else:
+            status, message = judge(self.registry, number, *answers)
+            mark = {CORRECT: "✓ correct", WRONG: "✗ not yet", NOT_ATTEMPTED: "○ not attempted yet"}[status]
+            line = f"Exercise {number} (练习 {number}): {mark}"
+            print(f"{line}. {message}" if message else f"{line}.")
+        self.log(number, status)
+
+    def log(self, number: int, status: str) -> None:
+        """Append the check's result to the progress log (``make progress`` sets :data:`LOG_ENV_VAR`)."""
         log = os.environ.get(LOG_ENV_VAR)
         if log:
             with open(log, "a", encoding="utf-8") as f:

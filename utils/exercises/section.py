@@ -26,7 +26,18 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from utils.exercises import CORRECT, LOG_ENV_VAR, NOT_ATTEMPTED, WRONG
+from utils.exercises import (
+    CORRECT,
+    LOG_ENV_VAR,
+    NOT_ATTEMPTED,
+    WRONG,
+    failed_stub_message,
+    missing_name_message,
+    previous_cell_failed,
+    reset_stubs,
+    stub_error,
+    stub_failed,
+)
 from utils.paths import NOTEBOOKS_DIR, SOURCES_DIR
 from utils.syllabus import lessons
 
@@ -79,24 +90,38 @@ def run_sources(sources: list[str], namespace: dict | None = None) -> str:
     """Execute cell sources in one namespace, as a kernel would; return what they printed.
 
     A cell that raises stops nothing: its exception is printed as one line (a learner's broken stub
-    cell must not hide the other exercises), and the check of a broken stub reports "not yet".
+    cell must not hide the other exercises). As in JupyterLab (:func:`utils.exercises._watch_cells`), the
+    check of a stub whose run raised says so rather than grade an older answer, and a check whose answer was
+    never defined says to run the exercise's cell first.
     """
     namespace = {"__name__": "__exercises__"} if namespace is None else namespace
     out = io.StringIO()
-    failed = False  # did the cell just before this one raise?
+    reset_stubs()  # a fresh namespace: no stub has run in it yet
     with contextlib.redirect_stdout(out):
         for source in sources:
-            number = check_number(source)
-            if number is not None and failed:
-                print(f"Exercise {number} (练习 {number}): ✗ not yet. The cell above raised an error.")
-                _log(number, WRONG, namespace)
+            stub, check = stub_number(source), check_number(source)
+            if check is not None and (error := stub_error(check)):
+                print(failed_stub_message(check, error))
+                _log(check, WRONG, namespace)
+                previous_cell_failed(None)
                 continue
             try:
                 exec(compile(_strip_magics(source), "<cell>", "exec"), namespace)
-                failed = False
+                error = None
+            except NameError as exc:
+                name = getattr(exc, "name", None)
+                if check is not None and name and name != "ex":
+                    print(missing_name_message(check, name))
+                    _log(check, NOT_ATTEMPTED, namespace)
+                    continue
+                error = exc
             except Exception as exc:  # noqa: BLE001 - reported, as a notebook would
-                print(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-                failed = True
+                error = exc
+            if error is not None:
+                print(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            if stub is not None:
+                stub_failed(stub, error)
+            previous_cell_failed(error, is_check=check is not None)
     return out.getvalue()
 
 
