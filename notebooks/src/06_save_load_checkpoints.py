@@ -35,7 +35,7 @@
 # %% [markdown]
 # ## Setup
 #
-# `seed_everything(0)` seeds Python's `random`, NumPy and torch (notebook 01); `get_device()` picks CUDA, then
+# `seed_everything(0)` seeds Python's `random`, NumPy and torch (used since notebook 01; notebook 12 explains it); `get_device()` picks CUDA, then
 # Apple's MPS, then the CPU. Every file this notebook writes goes into one folder, `RUN_DIR`, emptied at each
 # run. Three small helpers keep the output readable and the cells honest: `short` prints error messages with paths
 # relative to the course folder, `first_line` keeps an error's first line, and `needs` checks that the cells a cell
@@ -309,14 +309,13 @@ assert empty is not None and len(opt.param_groups[0]["params"]) == len(net.state
 # %% [markdown]
 # ## 2. Save and load the `state_dict` (recommended)
 #
-# Save only the `state_dict`; to load, **build the model from its class first**, then copy the
-# weights in. The conventional extensions are `.pt` or `.pth`; the name does not matter to PyTorch. `load_state_dict` returns the keys that
-# did not match (none here). A freshly built model is in training mode: call `model.eval()` before
-# using it, or dropout stays active and BatchNorm normalises with the current batch instead of the
-# running statistics it just loaded; worse, every training-mode forward pass *updates* those
-# statistics, so even a "quick check" damages what you loaded. The file is a zip archive: a small
-# pickle (`data.pkl`) that describes the dictionary, and one raw-bytes record per storage (one per
-# tensor, unless tensors share memory).
+# Save only the `state_dict`; to load, **build the model from its class first**, then copy the weights in. The
+# conventional extensions are `.pt` or `.pth`; the name does not matter to PyTorch. `load_state_dict` returns the
+# keys that did not match (none here). A freshly built model is in training mode: call `model.eval()` before using
+# it, or dropout stays active and BatchNorm normalises with the current batch instead of the running statistics it
+# just loaded; worse, every training-mode forward pass *updates* those statistics, so even a "quick check" damages
+# what you loaded. The file is a zip archive: a small pickle (`data.pkl`) that describes the dictionary, and one
+# raw-bytes record per storage (one per tensor, unless tensors share memory).
 
 
 # %%
@@ -686,7 +685,8 @@ assert torch.equal(
 #
 # ### 5.2 Random states that load with `weights_only=True`
 #
-# Each source of randomness has its own global generator, and each can hand out its state and take it back:
+# Each source of randomness has its own global **random number generator** (随机数生成器), and each can hand out
+# its **state** (状态) and take it back:
 #
 # | generator | read | restore | what the state is |
 # |---|---|---|---|
@@ -698,8 +698,9 @@ assert torch.equal(
 # Tensors, numbers, strings, `None`, tuples, lists and dictionaries load with `weights_only=True`. A NumPy array
 # does not: pickling it refers to NumPy's own functions, which are not on the allow-list. So NumPy's state is
 # stored as a tensor and plain numbers, and turned back into an array on loading. The tensor is `int64`, which
-# holds every `uint32` value (torch's own `uint32` tensors support few operations). First the failure, then the recipe: save all the states, draw from
-# every generator, load the file with `weights_only=True`, restore, and draw the same numbers again.
+# holds every `uint32` value (torch's own `uint32` tensors support few operations). First the failure, then the
+# recipe: save all the states, draw from every generator, load the file with `weights_only=True`, restore, and
+# draw the same numbers again.
 
 
 # %%
@@ -808,9 +809,10 @@ assert with_helper == after_save
 # One detail is easy to miss. `tempfile.mkstemp` creates its file readable by its owner only (mode `0o600`,
 # `-rw-------`), and the rename keeps that mode, so the checkpoint becomes private: on a shared machine your
 # teammates' jobs cannot read it. `open()` and a plain `torch.save` instead create files with mode `0o666` minus
-# the **umask** (the process's mask of permission bits to remove; usually `0o022`, giving `-rw-r--r--`). So the
-# function gives the temporary file that mode before the rename. Below, `mock.patch.object(torch, "save", ...)`
-# replaces `torch.save` inside its `with` block only, here by a failure like a full disk.
+# the **umask** (权限掩码), the process's mask of permission bits to remove: usually `0o022`, which gives
+# `-rw-r--r--`. So the function gives the temporary file that mode before the rename. Below,
+# `mock.patch.object(torch, "save", ...)` replaces `torch.save` inside its `with` block only, here by a failure
+# like a full disk.
 
 
 # %%
