@@ -1,30 +1,45 @@
 # %% [markdown]
 # # 06 · Saving, loading and checkpoints (保存和加载模型)
 #
-# **What you learn.** What a **`state_dict`** (状态字典) holds for a model and for an optimizer; how to save
-# and load weights the recommended way, and why pickling a whole model breaks; why `torch.load` must
-# keep `weights_only=True` (the default since PyTorch 2.6), what that allow-list does and does not
-# promise, and why weights from strangers belong in `safetensors`; how to write a *full* training
-# checkpoint (检查点) and resume a run (断点续训) so that it ends **bit-identical** to a run that was
-# never interrupted; how to write a file that a crash cannot tear (an atomic save, 原子保存), by hand
-# and then with the course's helper; how to **warm-start** (热启动) a different model; loading across devices
-# with `map_location`, lazily with `mmap=True`, and into a model built on the `meta` device; the
-# `module.` prefix of `DataParallel`/DDP and the `_orig_mod.` prefix of `torch.compile`; and exporting a
-# model for deployment, from the notes' TorchScript to `torch.export` and AOTInductor.
+# **You will learn to**
 #
-# **Know first.** How to build an `nn.Module` and write a training loop with an optimizer and an LR
-# scheduler (the earlier notebooks).
+# * read what a model's and an optimizer's **`state_dict`** (状态字典) hold, save a model's weights and load them
+#   back the recommended way, and explain why pickling a whole model breaks;
+# * load files safely: what `torch.load(..., weights_only=True)` (the default since PyTorch 2.6) refuses, what this
+#   allow-list does *not* promise, and why weights from strangers should come as `safetensors`;
+# * write a full training **checkpoint** (检查点), every random state included, and **resume training** (断点续训)
+#   so that the run ends **bit-identical** to one that never stopped;
+# * save so that a crash cannot tear the file (an **atomic save**, 原子保存), first by hand, then with the course's
+#   helper, and recover from torn and damaged files;
+# * **warm-start** (热启动) a different model, rename keys, load across devices with `map_location`, load a large
+#   model lazily (`mmap=True`, the `meta` device), and deal with the `module.` and `_orig_mod.` prefixes that
+#   `DataParallel`, DDP and `torch.compile` add;
+# * export a model for deployment with `torch.export`.
 #
-# **Study time:** about 75 min, 20 of them for the exercises at the end. Most of its run time is spent importing PyTorch's
-# compiler stack (`torch.compile`, `torch.export`) and in a child Python process that we kill on purpose.
+# **Before this notebook.** Notebooks 01–04: tensors, autograd, `nn.Module`, and a training loop with an optimizer,
+# an LR scheduler and a `DataLoader` (notebook 04). Notebook 05 is not needed.
 #
-# **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would
-# happen instead); checkpoints then also hold the CUDA random states, and the resume demonstration
-# runs on the GPU.
+# **Study time:** about 120 min, 30 of them for the exercises at the end. The cells run in about a minute; most
+# of that goes to importing PyTorch's compiler stack (`torch.compile`, `torch.export`) and to a child Python
+# process that section 6 kills on purpose.
 #
-# The crash-proof helpers built here live in `utils/checkpoint_files.py`: notebook 07 saves and resumes a
-# `GradScaler` with `save_checkpoint(..., scaler=...)` and `load_checkpoint`, and the DDP scripts of
-# notebook 08 write their checkpoints with `atomic_torch_save`.
+# **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would happen instead);
+# the random states saved in section 5 then include CUDA's, and the resume demonstration runs on the GPU.
+#
+# **Run the cells in order.** A cell that needs something made in an earlier section starts with
+# `needs(...)`: if you skipped that section, it stops and names the cell to run.
+#
+# This lesson grew out of a teacher's study notes on PyTorch 1.x (in Chinese). What has changed since, or was wrong
+# there, is listed in a last section for readers who have them; everyone else can stop at the summary.
+
+# %% [markdown]
+# ## Setup
+#
+# `seed_everything(0)` seeds Python's `random`, NumPy and torch (used since notebook 01; notebook 12 explains it); `get_device()` picks CUDA, then
+# Apple's MPS, then the CPU. Every file this notebook writes goes into one folder, `RUN_DIR`, emptied at each
+# run. Three small helpers keep the output readable and the cells honest: `short` prints error messages with paths
+# relative to the course folder, `first_line` keeps an error's first line, and `needs` checks that the cells a cell
+# builds on have run.
 
 # %%
 import contextlib
@@ -34,9 +49,11 @@ import json
 import os
 import pickle
 import pickletools
+import random
 import re
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -46,15 +63,24 @@ import zipfile
 from collections import OrderedDict
 from unittest import mock
 
-import pytest
+import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-from utils import REPO_ROOT, get_device, relpath, seed_everything
-from utils.checkpoint_files import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, unwrap_model
+from utils import REPO_ROOT, get_device, relpath, seed_everything, show_warning
+from utils.checkpoint_files import (
+    CheckpointError,
+    atomic_torch_save,
+    list_checkpoints,
+    load_checkpoint,
+    load_rng_state_dict,
+    rng_state_dict,
+    save_checkpoint,
+    unwrap_model,
+)
 
 seed_everything(0)
 device = get_device()
@@ -64,7 +90,7 @@ RUN_DIR.mkdir(parents=True)
 
 
 def short(text) -> str:
-    """Error messages name files by absolute path: print them relative to the repository."""
+    """Error messages name files by absolute path: print them relative to the course folder."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(text))  # torch colours parts of some messages
     return text.replace(str(REPO_ROOT) + os.sep, "")
 
@@ -73,25 +99,31 @@ def first_line(err: BaseException) -> str:
     return short(str(err).strip().splitlines()[0])
 
 
+def needs(*names: str, run: str) -> None:
+    """Stop with a clear message if an earlier cell that this one builds on has not run."""
+    missing = [name for name in names if name not in globals()]
+    if missing:
+        raise NameError(f"not defined yet: {', '.join(missing)}. Run {run}, then this cell again.")
+
+
 print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| files go to", relpath(RUN_DIR))
 
 # %% [markdown]
 # ## 1. What a `state_dict` is
 #
-# Three functions do all the work (the notes list them first):
+# Three functions do all the work:
 #
 # * `torch.save(obj, path)` does the **serialisation** (序列化): it turns an object into bytes with Python's
-#   `pickle`, in a zip file;
+#   `pickle`, inside a zip file;
 # * `torch.load(path)` does the **deserialisation** (反序列化): it unpickles them again;
 # * `module.load_state_dict(sd)` copies a dictionary of tensors into a model's parameters and buffers.
 #
-# A model's `state_dict` maps each **parameter** (参数) and **buffer** (缓冲区) name to its tensor, in
-# registration order; layers without parameters (`MaxPool2d`, `ReLU`) have no entries. An
-# optimizer's `state_dict` has two parts: `state` (per-parameter tensors such as SGD's momentum
-# buffer, empty before the first step) and `param_groups` (hyper-parameters). The notes' printout
-# shows `params` as long numbers (Python object ids, in old PyTorch versions); today they are the positions
-# `0, 1, 2, …` of the parameters, so a saved optimizer state fits any new model built the same way.
-# Here is the notes' `TheModelClass`:
+# A model's `state_dict` maps the name of each **parameter** (参数) and **buffer** (缓冲区) to its tensor. The
+# names are attribute paths: `conv1.weight` is `model.conv1.weight`. Layers without parameters (`MaxPool2d`,
+# `ReLU`) have no entries. An optimizer's `state_dict` has two parts: `state` (per-parameter tensors such as
+# SGD's momentum buffer, empty before the first step) and `param_groups` (the hyper-parameters, and under `params`
+# the parameters of each group, written as their positions `0, 1, 2, …`). Here is the small CNN of PyTorch's own
+# saving tutorial, `TheModelClass`:
 
 
 # %%
@@ -128,13 +160,63 @@ assert optimizer.state_dict()["param_groups"][0]["params"] == list(range(10))
 assert not any(name.startswith("pool") for name in model.state_dict())  # no parameters, no entry
 
 # %% [markdown]
-# After one optimizer step the `state` part fills up: SGD with momentum keeps one momentum buffer per
-# parameter, Adam keeps two (`exp_avg`, `exp_avg_sq`) plus a one-number `step` count. That is why the
-# notes say a training checkpoint is "two to three times the size of the model": measured on the bytes
-# `torch.save` writes.
+# ### 1.1 Buffers: saved state that is not trained
+#
+# `BatchNorm` keeps running statistics (`running_mean`, `running_var`, and a counter `num_batches_tracked`) as
+# buffers: they are not parameters (no gradient, the optimizer never sees them), but a model evaluated without them
+# gives different answers, so they are in the `state_dict`. Your own module can register buffers too, with
+# `register_buffer`; `persistent=False` keeps one out of the `state_dict` (for a cache you can recompute).
+#
+# **In which order?** Module by module: a module's own parameters, then its own buffers, then the entries of each
+# sub-module, the sub-modules in the order they were assigned. So `Normalized` below lists its own buffer `scale`
+# *first*, although `scale` was registered after the layers `fc` and `bn`.
+#
+# Beware: a `state_dict` holds **references** to the live tensors, not copies. Keeping `best = model.state_dict()`
+# in memory and training on silently changes `best`; clone the tensors to keep a snapshot.
 
 
 # %%
+class Normalized(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.bn = nn.BatchNorm1d(4)
+        self.register_buffer("scale", torch.tensor(2.0))  # saved with the weights
+        self.register_buffer("cache", torch.zeros(4), persistent=False)  # not saved
+
+    def forward(self, x):
+        return self.bn(self.fc(x)) * self.scale
+
+
+norm = Normalized()
+param_names = dict(norm.named_parameters())
+for name, tensor in norm.state_dict().items():
+    print(f"{name:<22} {'parameter' if name in param_names else 'buffer':<9} {tuple(tensor.shape)}")
+assert "cache" in dict(norm.named_buffers()) and "cache" not in norm.state_dict()
+own_first = ["scale", "fc.weight", "fc.bias", "bn.weight", "bn.bias"]
+assert list(norm.state_dict()) == own_first + ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+
+live = norm.state_dict()
+snapshot = {name: tensor.clone() for name, tensor in live.items()}
+with torch.no_grad():
+    norm.fc.weight.add_(1.0)  # "training goes on"
+print("plain state_dict still equals the live weight:", torch.equal(live["fc.weight"], norm.fc.weight))
+print("cloned snapshot still equals the live weight: ", torch.equal(snapshot["fc.weight"], norm.fc.weight))
+assert live["fc.weight"].data_ptr() == norm.fc.weight.data_ptr()
+assert not torch.equal(snapshot["fc.weight"], norm.fc.weight)
+
+# %% [markdown]
+# ### 1.2 The optimizer's state: one entry per parameter, matched by position
+#
+# After one optimizer step the `state` part fills up: SGD with momentum keeps one momentum buffer per parameter,
+# Adam keeps two (`exp_avg`, `exp_avg_sq`) plus a one-number `step` count. That is why a training checkpoint is
+# often quoted as "two to three times the size of the model". Measured on the bytes `torch.save` writes:
+
+
+# %%
+needs("TheModelClass", run="the first cell of section 1")
+
+
 def saved_size(obj) -> int:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
@@ -155,56 +237,85 @@ for make_optimizer in (lambda p: torch.optim.SGD(p, lr=0.001, momentum=0.9), lam
     assert 1.9 < ratio < 3.1
 
 # %% [markdown]
-# ### Buffers: saved state that is not trained
-#
-# `BatchNorm` keeps running statistics (`running_mean`, `running_var`, and a counter
-# `num_batches_tracked`) as buffers: they are not parameters (no gradient), but a model evaluated
-# without them gives different answers, so they are in the `state_dict`. Your own module can register
-# buffers too; `persistent=False` keeps one out of the `state_dict` (for a cache you can recompute).
-#
-# Beware: a `state_dict` holds **references** to the live tensors, not copies. Keeping
-# `best = model.state_dict()` in memory and training on silently changes `best`; clone the tensors.
+# The optimizer knows its parameters only as positions, in the order `model.parameters()` gave them.
+# (Old PyTorch versions wrote Python object ids there instead of `0, 1, 2, …`, and old tutorials still print
+# them; the ids were only labels.) Either way, `optimizer.load_state_dict` pairs the saved entries with the new
+# optimizer's parameters **by position**. A saved optimizer state therefore fits any optimizer built the same
+# way, and **silently misfits** one whose parameters come in another order: same shapes, wrong momentum, no
+# error. Below, a refactoring swaps two lines of `__init__`. The model's weights still load correctly (by name),
+# but layer `a` receives the momentum of layer `b`:
 
 
 # %%
-class Normalized(nn.Module):
-    def __init__(self):
+class Pair(nn.Module):
+    def __init__(self, b_first: bool = False):
         super().__init__()
-        self.fc = nn.Linear(3, 4)
-        self.bn = nn.BatchNorm1d(4)
-        self.register_buffer("scale", torch.tensor(2.0))  # saved with the weights
-        self.register_buffer("cache", torch.zeros(4), persistent=False)  # not saved
+        if b_first:  # the same layers, assigned in the other order
+            self.b = nn.Linear(4, 4)
+            self.a = nn.Linear(4, 4)
+        else:
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)
 
     def forward(self, x):
-        return self.bn(self.fc(x)) * self.scale
+        return self.b(self.a(x))
 
 
-norm = Normalized()
-params = dict(norm.named_parameters())
-for name, tensor in norm.state_dict().items():
-    print(f"{name:<22} {'parameter' if name in params else 'buffer':<9} {tuple(tensor.shape)}")
-assert "cache" in dict(norm.named_buffers()) and "cache" not in norm.state_dict()
+seed_everything(0)
+old = Pair()
+old_opt = torch.optim.SGD(old.parameters(), lr=0.1, momentum=0.9)
+old(torch.randn(8, 4)).pow(2).sum().backward()
+old_opt.step()
+print("saved param_groups[0]['params']:", old_opt.state_dict()["param_groups"][0]["params"])
 
-live = norm.state_dict()
-snapshot = {name: tensor.clone() for name, tensor in live.items()}
-with torch.no_grad():
-    norm.fc.weight.add_(1.0)  # "training goes on"
-print("plain state_dict still equals the live weight:", torch.equal(live["fc.weight"], norm.fc.weight))
-print("cloned snapshot still equals the live weight: ", torch.equal(snapshot["fc.weight"], norm.fc.weight))
-assert live["fc.weight"].data_ptr() == norm.fc.weight.data_ptr()
-assert not torch.equal(snapshot["fc.weight"], norm.fc.weight)
+new = Pair(b_first=True)
+new.load_state_dict(old.state_dict())  # keys are names: a.weight goes to a.weight
+new_opt = torch.optim.SGD(new.parameters(), lr=0.1, momentum=0.9)
+new_opt.load_state_dict(old_opt.state_dict())  # positions: no error, no warning
+momentum_of_a = new_opt.state[new.a.weight]["momentum_buffer"]
+print("model: a.weight loaded by name, equal to the saved a.weight:", torch.equal(new.a.weight, old.a.weight))
+print(
+    "optimizer: the momentum now attached to a.weight is the saved momentum of",
+    "b.weight" if torch.equal(momentum_of_a, old_opt.state[old.b.weight]["momentum_buffer"]) else "a.weight",
+)
+assert torch.equal(new.a.weight, old.a.weight)
+assert torch.equal(momentum_of_a, old_opt.state[old.b.weight]["momentum_buffer"])
+assert not torch.equal(momentum_of_a, old_opt.state[old.a.weight]["momentum_buffer"])
+
+# %% [markdown]
+# ### 1.3 `parameters()` can be read only once
+#
+# `model.parameters()` returns a **generator** (生成器): it hands out the parameters one by one, once. A
+# `state_dict()` is a dictionary that you can read as often as you like. A generator kept in a variable is empty
+# the second time it is read, and the usual symptom is an optimizer that receives nothing:
+
+
+# %%
+needs("TheModelClass", run="the first cell of section 1")
+net = TheModelClass()
+gen = net.parameters()
+print(type(gen).__name__, "| numbers in the parameters:", sum(p.numel() for p in gen))
+empty = None
+try:
+    torch.optim.SGD(gen, lr=0.1)  # the same generator, a second time
+except ValueError as err:
+    empty = err
+    print("torch.optim.SGD(gen) ->", type(err).__name__ + ":", err)
+params = list(net.parameters())  # a list can be read any number of times
+print("from a list:", sum(p.numel() for p in params), "numbers, optimizer with", len(params), "tensors")
+opt = torch.optim.SGD(params, lr=0.1)
+assert empty is not None and len(opt.param_groups[0]["params"]) == len(net.state_dict()) == 10
 
 # %% [markdown]
 # ## 2. Save and load the `state_dict` (recommended)
 #
-# Save only the `state_dict`; to load, **build the model from its class first**, then copy the
-# weights in. The conventional extensions are `.pt` or `.pth`. `load_state_dict` returns the keys that
-# did not match (none here). A freshly built model is in training mode: call `model.eval()` before
-# using it, or dropout stays active and BatchNorm normalises with the current batch instead of the
-# running statistics it just loaded; worse, every training-mode forward pass *updates* those
-# statistics, so even a "quick check" damages what you loaded. The file is a zip archive: a small
-# pickle (`data.pkl`) that describes the dictionary, and one raw-bytes record per storage (one per
-# tensor, unless tensors share memory).
+# Save only the `state_dict`; to load, **build the model from its class first**, then copy the weights in. The
+# conventional extensions are `.pt` or `.pth`; the name does not matter to PyTorch. `load_state_dict` returns the
+# keys that did not match (none here). A freshly built model is in training mode: call `model.eval()` before using
+# it, or dropout stays active and BatchNorm normalises with the current batch instead of the running statistics it
+# just loaded; worse, every training-mode forward pass *updates* those statistics, so even a "quick check" damages
+# what you loaded. The file is a zip archive: a small pickle (`data.pkl`) that describes the dictionary, and one
+# raw-bytes record per storage (one per tensor, unless tensors share memory).
 
 
 # %%
@@ -255,14 +366,18 @@ assert torch.equal(restored(probe), small(probe))
 #
 # `torch.save(model, path)` also works, but pickle does **not** store the class's code: it stores a
 # *reference*, the module path and the class name (`__main__ SmallNet` below), plus the object's
-# attributes. Loading imports that module and looks the name up again. Rename the class, move the file,
-# or load from another project and the lookup fails: this is the notes' "cannot load, reason unclear"
-# (`ModuleNotFoundError: No module named 'network'` in their link). Since PyTorch 2.6, `torch.load`
-# also refuses such a file by default, because running arbitrary classes is exactly what
-# `weights_only=True` forbids (next section); a file you made yourself may be loaded with
-# `weights_only=False`.
+# attributes. Loading imports that module and looks the name up again. Rename the class, move the file that
+# defines it, or load from another project, and the lookup fails. This is the classic "the model saved last
+# month no longer loads, for no clear reason" (with `ModuleNotFoundError: No module named 'network'` when the
+# file `network.py` was moved). Since PyTorch 2.6, `torch.load` also refuses such a file by default, because
+# running arbitrary classes is exactly what `weights_only=True` forbids (next section); a file you made yourself
+# may be loaded with `weights_only=False`.
+#
+# To see what a pickle refers to, `pickletools.genops` (from Python's standard library) lists its instructions
+# without running any; a `GLOBAL` instruction names a class or function to import.
 
 # %%
+needs("small", "probe", run="the cell of section 2")
 whole_path = RUN_DIR / "small_whole.pt"
 torch.save(small, whole_path)
 with zipfile.ZipFile(whole_path) as zf:
@@ -291,7 +406,8 @@ try:
 except AttributeError as err:
     print("after renaming the class ->", type(err).__name__, ":", re.sub(r" from '[^']*'", "", str(err)))
     renamed_failed = True
-SmallNet = RenamedNet  # put it back for the rest of the notebook
+finally:
+    SmallNet = RenamedNet  # put it back for the rest of the notebook
 assert renamed_failed
 
 # %% [markdown]
@@ -300,7 +416,8 @@ assert renamed_failed
 # Unpickling is a small program: the `GLOBAL` instruction imports any function, `REDUCE` calls it
 # with arguments from the file. An object's `__reduce__` method decides what is written, so a
 # "checkpoint" downloaded from the internet can run any code on `torch.load` with
-# `weights_only=False` (the default before PyTorch 2.6, and what the notes' `torch.load(PATH)` did).
+# `weights_only=False`, which was the default before PyTorch 2.6: a bare `torch.load(PATH)`, as older code and
+# tutorials write it, ran whatever the file asked for.
 #
 # We build such a file, harmlessly: its payload would call `io.FileIO(marker, "w")` (the raw file that
 # `open()` builds on), creating an empty marker file in a temporary folder. We **do not** load it with
@@ -315,6 +432,11 @@ assert renamed_failed
 # `weights_only=True` although it is the default, because the environment variable
 # `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` turns the default off (with only a warning) but never overrides an
 # explicit argument; the end of the cell proves it with our own pickled model from section 3.
+#
+# Two tools in that cell: `unittest.mock.patch.dict(os.environ, {...})` sets an environment variable only
+# inside its `with` block; the course's `show_warning(fn, Category, text)` runs `fn()`, prints the warning it
+# raises (category and first sentence), returns `fn()`'s result, and stops with an error if that warning does not
+# come.
 
 
 # %%
@@ -329,6 +451,7 @@ class Booby:
         return (io.FileIO, (self.marker, "w"))
 
 
+needs("whole_path", "SmallNet", run="the cells of sections 2 and 3")
 with tempfile.TemporaryDirectory() as tmp:
     marker = os.path.join(tmp, "code_ran.txt")
     evil_path = os.path.join(tmp, "innocent_weights.pt")
@@ -353,8 +476,8 @@ with tempfile.TemporaryDirectory() as tmp:
     assert ("GLOBAL", "_io FileIO") in ops
 
 with mock.patch.dict(os.environ, {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}):
-    with pytest.warns(UserWarning, match="forcing weights_only=False"):
-        by_default = torch.load(whole_path)  # the default, turned off: the whole pickle runs
+    # the default, turned off: the whole pickle runs
+    by_default = show_warning(lambda: torch.load(whole_path), UserWarning, "forcing weights_only=False")
     try:
         torch.load(whole_path, weights_only=True)
         explicit_refused = False
@@ -369,11 +492,15 @@ print(
 assert isinstance(by_default, SmallNet) and explicit_refused
 
 # %% [markdown]
-# The message offers two ways out. `weights_only=False` means "I trust this file completely": never
-# for files from others. For a **trusted custom type** in your own checkpoints, allow exactly that
-# class with `torch.serialization.add_safe_globals([...])` (process-wide) or the
-# `torch.serialization.safe_globals([...])` context manager (just for one load). Better still, store
-# plain data: `dataclasses.asdict(config)` needs no allow-list at all.
+# ### 4.1 Allowing a class you trust
+#
+# The error message offers two ways out. `weights_only=False` means "I trust this file completely": never for
+# files from others. For a **trusted custom type** in your own checkpoints, allow exactly that class with
+# `torch.serialization.add_safe_globals([...])` (for the whole process) or the
+# `torch.serialization.safe_globals([...])` context manager (for one load). To see what a file would need before
+# allowing anything, `torch.serialization.get_unsafe_globals_in_checkpoint(path)` lists the names it refers to
+# outside the allow-list, without loading it. Better still, store plain data: `dataclasses.asdict(config)` needs
+# no allow-list at all.
 
 
 # %%
@@ -383,8 +510,10 @@ class TrainConfig:
     batch_size: int = 32
 
 
+needs("small", run="the cell of section 2")
 config_path = RUN_DIR / "with_config.pt"
 torch.save({"weights": small.state_dict(), "config": TrainConfig()}, config_path)
+print("outside the allow-list:", torch.serialization.get_unsafe_globals_in_checkpoint(config_path))
 refused = False
 try:
     torch.load(config_path, weights_only=True)
@@ -400,14 +529,14 @@ print("stored as a plain dict ->", plain, "->", TrainConfig(**plain))
 assert refused and TrainConfig(**plain) == TrainConfig()
 
 # %% [markdown]
-# ### An allow-list, not a sandbox
+# ### 4.2 An allow-list, not a sandbox
 #
 # `weights_only=True` is a **mitigation**, not a security boundary. The allowed functions still run
 # with arguments taken from the file, behind them sits C++ code that parses sizes, strides and
 # offsets, and `torch.load` itself chooses how to read a file; a bug in any of this machinery is a
-# way around the allow-list. It has happened:
-# CVE-2025-32434 bypassed it (fixed in PyTorch 2.6), and CVE-2026-24747 bypassed it again (fixed in
-# 2.10). So:
+# way around the allow-list. It has happened at least twice: CVE-2025-32434 ran code through it (fixed in
+# PyTorch 2.6), and CVE-2026-24747, a memory corruption reached through a crafted file, again (fixed in 2.10).
+# So:
 #
 # * files you or your team wrote: `torch.load(path, weights_only=True)`, written out (never `False`);
 # * weights from people you do not trust: ask for **`safetensors`** (next), whose loader only parses
@@ -427,15 +556,16 @@ print(
 assert torch_version >= (2, 10)
 
 # %% [markdown]
-# ### `safetensors`: a format with no code in it
+# ### 4.3 `safetensors`: a format with no code in it
 #
 # To *share* weights, the `safetensors` format (Hugging Face) has no code in it: 8 bytes giving the
 # header length, a JSON header (name → dtype, shape, byte range, plus optional string metadata), then
-# raw tensor bytes. There is nothing to execute, and it allows **memory mapping** (内存映射, section 8).
+# raw tensor bytes. There is nothing to execute, and it allows **memory mapping** (内存映射, section 8.1).
 # Two limits: it stores only tensors (metadata must be strings), and it refuses tensors that share
 # memory (as in **weight tying** (权重共享)) in `save_file`; `save_model`/`load_model` handle those.
 
 # %%
+needs("small", run="the cell of section 2")
 st_path = RUN_DIR / "small.safetensors"
 save_file(small.state_dict(), st_path, metadata={"epoch": "5"})
 raw = st_path.read_bytes()
@@ -479,10 +609,11 @@ assert refused and torch.equal(tied_again.out.weight, tied.embed.weight)
 # A **checkpoint** (检查点) is a file holding everything needed to continue a training run later, for
 # **resuming training** (断点续训) after a crash or a time limit. ([Notebook 11](11_memory_and_speed.ipynb) meets
 # *activation checkpointing* (激活重计算), which is unrelated: it recomputes activations in the backward pass
-# to save memory and writes no file.) To *continue* training, weights are not enough. The notes save a
-# dictionary with the epoch, the model and optimizer `state_dict`s and the last loss, and use the `.tar`
-# extension by convention (any name works: the file is a zip either way). Loading builds the model and
-# optimizer first, then restores both. Here is that recipe on a small classifier, with a toy data set:
+# to save memory and writes no file.) To *continue* training, weights are not enough. The recipe found in most
+# tutorials, PyTorch's own included, saves one dictionary with the epoch, the model's and the optimizer's
+# `state_dict`s and the last loss, often with the extension `.tar` (any name works: the file is a zip either
+# way). Loading builds the model and optimizer first, then restores both. Here is that minimal recipe on a small
+# classifier, with a toy data set:
 
 
 # %%
@@ -508,7 +639,7 @@ clf_opt.zero_grad()
 loss.backward()
 clf_opt.step()
 
-notes_path = RUN_DIR / "notes_style.tar"
+minimal_path = RUN_DIR / "minimal.tar"
 torch.save(
     {
         "epoch": 0,
@@ -516,12 +647,12 @@ torch.save(
         "optimizer_state_dict": clf_opt.state_dict(),
         "loss": loss.item(),
     },
-    notes_path,
+    minimal_path,
 )
 
 clf2 = Classifier()
 clf2_opt = torch.optim.SGD(clf2.parameters(), lr=0.1, momentum=0.9)
-checkpoint = torch.load(notes_path)
+checkpoint = torch.load(minimal_path)
 clf2.load_state_dict(checkpoint["model_state_dict"])
 clf2_opt.load_state_dict(checkpoint["optimizer_state_dict"])
 epoch, last_loss = checkpoint["epoch"], checkpoint["loss"]
@@ -532,10 +663,10 @@ assert torch.equal(
 )
 
 # %% [markdown]
-# ### What the notes' recipe misses
+# ### 5.1 What the minimal recipe misses
 #
-# Resuming gives *exactly* the run you would have had only if every piece of state that influences
-# the next steps comes back:
+# Resuming gives *exactly* the run you would have had only if every piece of state that influences the next steps
+# comes back:
 #
 # | state | why it matters |
 # |---|---|
@@ -547,29 +678,150 @@ assert torch.equal(
 # | random states: Python, NumPy, torch CPU and CUDA | dropout masks, random augmentation, sampling |
 # | position in the data | which batch comes next |
 #
-# The last row is solved by design rather than by saving: derive each epoch's shuffle from a
-# generator seeded with the epoch number, so any step's batch can be recomputed.
+# The last row is solved here by design rather than by saving: derive each epoch's shuffle from a generator
+# seeded with the epoch number, so that any step's batch can be recomputed (section 5.4 does it, and so does
+# exercise 3). Large jobs whose data loaders keep more state (worker processes, streaming data) save the loader
+# itself; the `torchdata` package's `StatefulDataLoader` has a `state_dict()` for that.
 #
-# ### Saving so that a crash cannot tear the file
+# ### 5.2 Random states that load with `weights_only=True`
 #
-# A plain `torch.save(ckpt, "checkpoint.pt")` writes the file in place: if the process dies halfway
-# (out of memory, a cluster job killed at its time limit, a power cut) the file under the final name is
-# truncated and the previous good checkpoint has already been overwritten. The classic recipe is an
-# **atomic save** (原子保存):
+# Each source of randomness has its own global **random number generator** (随机数生成器), and each can hand out
+# its **state** (状态) and take it back:
+#
+# | generator | read | restore | what the state is |
+# |---|---|---|---|
+# | Python's `random` | `random.getstate()` | `random.setstate(s)` | a version number, a tuple of 625 ints, `None` |
+# | NumPy's global one | `np.random.get_state()` | `np.random.set_state(s)` | a name, an array of 624 `uint32`, three numbers |
+# | torch, CPU | `torch.get_rng_state()` | `torch.set_rng_state(t)` | a `uint8` tensor |
+# | torch, CUDA | `torch.cuda.get_rng_state_all()` | `torch.cuda.set_rng_state_all(ts)` | one `uint8` tensor per GPU |
+#
+# Tensors, numbers, strings, `None`, tuples, lists and dictionaries load with `weights_only=True`. A NumPy array
+# does not: pickling it refers to NumPy's own functions, which are not on the allow-list. So NumPy's state is
+# stored as a tensor and plain numbers, and turned back into an array on loading. The tensor is `int64`, which
+# holds every `uint32` value (torch's own `uint32` tensors support few operations). First the failure, then the
+# recipe: save all the states, draw from every generator, load the file with `weights_only=True`, restore, and
+# draw the same numbers again.
+
+
+# %%
+def capture_rng_states() -> dict:
+    """Every global generator's state, as tensors and plain Python values only."""
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    states = {
+        "python": random.getstate(),  # already plain: (3, a tuple of 625 ints, None)
+        "numpy": {
+            "kind": str(kind),  # "MT19937"
+            "keys": torch.from_numpy(keys.astype(np.int64)),  # the array, as a tensor
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np_state = states["numpy"]
+    np_keys = np_state["keys"].numpy().astype(np.uint32)
+    np.random.set_state(
+        (np_state["kind"], np_keys, np_state["pos"], np_state["has_gauss"], np_state["cached_gaussian"])
+    )
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def draw() -> list[float]:
+    """One number from each generator (and a dropout mask would come from torch's)."""
+    return [round(random.random(), 4), round(float(np.random.rand()), 4), round(torch.rand(1).item(), 4)]
+
+
+raw_path = RUN_DIR / "numpy_array_state.pt"
+torch.save({"numpy": np.random.get_state()}, raw_path)
+print("a NumPy state saved as it is needs:", torch.serialization.get_unsafe_globals_in_checkpoint(raw_path))
+try:
+    torch.load(raw_path, weights_only=True)
+    refused = False
+except pickle.UnpicklingError:
+    refused = True
+print("torch.load(..., weights_only=True) refuses it:", refused)
+
+seed_everything(6)
+rng_path = RUN_DIR / "rng_states.pt"
+torch.save(capture_rng_states(), rng_path)
+print(
+    "saved:",
+    sorted(torch.load(rng_path, weights_only=True)),
+    "| needs nothing else:",
+    torch.serialization.get_unsafe_globals_in_checkpoint(rng_path),
+)
+after_save = draw()
+print("python, numpy, torch draw after saving:     ", after_save)
+for _ in range(3):
+    draw()  # training goes on, then the process dies
+restore_rng_states(torch.load(rng_path, weights_only=True))
+after_restore = draw()
+print("and after loading the file and restoring:   ", after_restore)
+assert refused and after_restore == after_save
+assert torch.serialization.get_unsafe_globals_in_checkpoint(rng_path) == []
+
+# %% [markdown]
+# The course's `utils.checkpoint_files` keeps these two functions as `rng_state_dict()` and
+# `load_rng_state_dict(states)` (with checks of the input added, and all generators restored or none), because
+# notebooks 07 and 08 save checkpoints too. The assert below checks that they capture exactly what
+# `capture_rng_states` captures, and restore the same numbers.
+
+# %%
+needs("capture_rng_states", "rng_path", "after_save", run="the cell above (section 5.2)")
+ours, helpers = capture_rng_states(), rng_state_dict()
+assert sorted(ours) == sorted(helpers) and ours["python"] == helpers["python"]
+assert torch.equal(ours["torch"], helpers["torch"])
+assert all(torch.equal(a, b) for a, b in zip(ours.get("cuda", []), helpers.get("cuda", [])))
+for key, value in ours["numpy"].items():
+    same = torch.equal(value, helpers["numpy"][key]) if torch.is_tensor(value) else value == helpers["numpy"][key]
+    assert same, key
+load_rng_state_dict(torch.load(rng_path, weights_only=True))
+with_helper = draw()
+print("rng_state_dict() holds", sorted(helpers), "| after load_rng_state_dict the draws are", with_helper)
+assert with_helper == after_save
+
+# %% [markdown]
+# ### 5.3 Saving so that a crash cannot tear the file
+#
+# A plain `torch.save(ckpt, "checkpoint.pt")` writes the file in place: if the process dies halfway (out of
+# memory, a cluster job killed at its time limit, a power cut) the file under the final name is truncated and
+# the previous good checkpoint has already been overwritten. The classic recipe is an **atomic save** (原子保存):
 #
 # 1. write to a temporary file **in the same folder** (a rename is only atomic within one file system);
 # 2. `flush()` (Python's buffer to the OS) and `os.fsync()` (the OS cache to the disk);
 # 3. `os.replace(tmp, final)`: one rename, so readers see the old file or the new one, never half;
 # 4. `fsync` the folder, so that the rename itself survives a power cut.
 #
-# Step 3 is atomic for a `rename` on a **local POSIX file system** (Linux, macOS). On Windows,
-# `os.replace` calls `MoveFileEx(..., MOVEFILE_REPLACE_EXISTING)`, which Microsoft does not document
-# as atomic, and a folder cannot be opened to `fsync` it. Network and user-space file systems (NFS,
-# SMB, FUSE mounts, cloud buckets) may give none of these guarantees and may reject `fsync` on a
-# folder. Here are the twelve lines:
+# Step 3 is atomic for a `rename` on a **local POSIX file system** (Linux, macOS). On Windows, `os.replace`
+# calls `MoveFileEx(..., MOVEFILE_REPLACE_EXISTING)`, which Microsoft does not document as atomic, and a folder
+# cannot be opened to `fsync` it. Network and user-space file systems (NFS, SMB, FUSE mounts, cloud buckets) may
+# give none of these guarantees and may reject `fsync` on a folder.
+#
+# One detail is easy to miss. `tempfile.mkstemp` creates its file readable by its owner only (mode `0o600`,
+# `-rw-------`), and the rename keeps that mode, so the checkpoint becomes private: on a shared machine your
+# teammates' jobs cannot read it. `open()` and a plain `torch.save` instead create files with mode `0o666` minus
+# the **umask** (权限掩码), the process's mask of permission bits to remove: usually `0o022`, which gives
+# `-rw-r--r--`. So the function gives the temporary file that mode before the rename. Below,
+# `mock.patch.object(torch, "save", ...)` replaces `torch.save` inside its `with` block only, here by a failure
+# like a full disk.
 
 
 # %%
+def current_umask() -> int:
+    mask = os.umask(0)  # Python reads the umask only by setting it...
+    os.umask(mask)  # ...so put it back at once
+    return mask
+
+
 def atomic_save(obj, final_path) -> None:
     folder = os.path.dirname(os.path.abspath(final_path))
     fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", dir=folder)  # 1. same folder
@@ -578,6 +830,7 @@ def atomic_save(obj, final_path) -> None:
             torch.save(obj, f)
             f.flush()  # 2. Python's buffer -> OS
             os.fsync(f.fileno())  #    OS cache -> disk
+        os.chmod(tmp_path, 0o666 & ~current_umask())  # the mode open() would give, not mkstemp's 0o600
         os.replace(tmp_path, final_path)  # 3. the atomic step
     except BaseException:
         os.unlink(tmp_path)  # a failed save leaves no litter
@@ -605,15 +858,55 @@ print(
 assert kept["step"] == 1 and not any(p.name.startswith(".tmp-") for p in RUN_DIR.iterdir())
 
 # %% [markdown]
-# `utils/checkpoint_files.py` does exactly this in `atomic_torch_save` and packs the whole table above
-# around it: `save_checkpoint(folder, model=, optimizer=, scheduler=, scaler=, epoch=, step=, extra=,
-# keep_last=)` writes `checkpoint_<step>.pt` atomically, then deletes all but the newest `keep_last`
-# files, and `load_checkpoint(folder_or_file, model=, ...)` restores everything. Its files hold only
-# tensors and plain values, so it loads them with `weights_only=True`. Let's first train 24 steps
-# without interruption, as the reference.
+# The course's helper `utils.checkpoint_files.atomic_torch_save(obj, path)` takes the same four steps (it creates
+# its temporary file with `os.open(..., 0o666)`, which lets the umask decide directly) and adds a checksum
+# (section 6.2). With the usual umask, set explicitly for the comparison, every way of saving gives the same
+# permissions except a bare `mkstemp`:
+
+# %%
+needs("atomic_save", run="the cell above (section 5.3)")
+saved_modes = {}
+old_mask = os.umask(0o022)  # the usual umask, so that every machine prints the same modes
+try:
+    torch.save({"w": torch.zeros(1)}, RUN_DIR / "plain.pt")
+    atomic_save({"w": torch.zeros(1)}, RUN_DIR / "by_hand_022.pt")
+    atomic_torch_save({"w": torch.zeros(1)}, RUN_DIR / "helper_022.pt")
+    fd, bare_tmp = tempfile.mkstemp(dir=RUN_DIR)
+    os.close(fd)
+finally:
+    os.umask(old_mask)
+for label, path in [
+    ("plain torch.save", RUN_DIR / "plain.pt"),
+    ("atomic_save (by hand)", RUN_DIR / "by_hand_022.pt"),
+    ("atomic_torch_save (helper)", RUN_DIR / "helper_022.pt"),
+    ("tempfile.mkstemp alone", bare_tmp),
+]:
+    saved_modes[label] = stat.S_IMODE(os.stat(path).st_mode)
+    print(f"{label:<27} {stat.filemode(os.stat(path).st_mode)}  ({oct(saved_modes[label])})")
+os.unlink(bare_tmp)
+assert (
+    saved_modes["plain torch.save"] == saved_modes["atomic_save (by hand)"] == saved_modes["atomic_torch_save (helper)"]
+)
+if os.name == "posix":
+    assert saved_modes["plain torch.save"] == 0o644 and saved_modes["tempfile.mkstemp alone"] == 0o600
+
+# %% [markdown]
+# ### 5.4 Resuming bit for bit
+#
+# `utils/checkpoint_files.py` packs the whole table of section 5.1 around `atomic_torch_save`:
+# `save_checkpoint(folder, model=, optimizer=, scheduler=, scaler=, epoch=, step=, extra=, keep_last=)` writes
+# `checkpoint_<step>.pt` atomically with the random states of section 5.2, then deletes all but the newest
+# `keep_last` files, and `load_checkpoint(folder_or_file, model=, ...)` restores everything. Its files hold only
+# tensors and plain values, so it loads them with `weights_only=True`. (Notebook 07 uses it to save a
+# `GradScaler`, and the multi-process scripts of notebook 08 save with `atomic_torch_save`.) First, 24 steps
+# without interruption, as the reference. Each step's batch comes from `batch_at(step)`, whose shuffle depends
+# only on the epoch: the "position in the data" row of the table, solved by design.
 
 
 # %%
+needs("Classifier", "X_ALL", run="the first cell of section 5")
+
+
 def batch_at(step: int):
     """The batch of a global step: the shuffle depends only on the epoch, never on earlier draws."""
     epoch, i = divmod(step, STEPS_PER_EPOCH)
@@ -667,7 +960,7 @@ def train(run, start: int, stop: int, *, ckpt_dir=None, save_every: int = 4, cra
 TOTAL = EPOCHS * STEPS_PER_EPOCH
 reference = make_run()
 final_loss = train(reference, 0, TOTAL)
-print(f"reference run: {TOTAL} steps, final loss below 0.5: {final_loss < 0.5}")
+print(f"reference run: {TOTAL} steps, final loss {final_loss:.2f}")
 assert final_loss < 0.5
 
 # %% [markdown]
@@ -676,6 +969,7 @@ assert final_loss < 0.5
 # would have) and resumes from the newest checkpoint: step 12, in the middle of epoch 1.
 
 # %%
+needs("make_run", "reference", run="the first cell of section 5.4")
 ckpt_dir = RUN_DIR / "resume"
 run = make_run()
 try:
@@ -694,7 +988,8 @@ train(resumed, info.step, TOTAL, ckpt_dir=ckpt_dir)  # and keeps saving
 print("checkpoints on disk now:", [p.name for p in list_checkpoints(ckpt_dir)])
 
 identical = all(torch.equal(a, b) for a, b in zip(reference[0].state_dict().values(), model.state_dict().values()))
-print("resumed run is bit-identical to the reference:", identical)
+largest = max((a - b).abs().max().item() for a, b in zip(reference[0].parameters(), model.parameters()))
+print("largest weight difference from the reference:", largest, "| bit-identical:", identical)
 if device.type == "cpu":
     assert identical
 else:  # GPU kernels may reorder sums unless deterministic algorithms are enforced (notebook 12, section 2)
@@ -707,6 +1002,9 @@ else:  # GPU kernels may reorder sums unless deterministic algorithms are enforc
 
 
 # %%
+needs("ckpt_dir", run="the cells of section 5.4")
+
+
 def resume_variant(*, restore_rng: bool, with_optimizer: bool) -> float:
     variant = make_run(seed=123)
     torch.manual_seed(999)
@@ -725,20 +1023,25 @@ def resume_variant(*, restore_rng: bool, with_optimizer: bool) -> float:
 
 no_rng = resume_variant(restore_rng=False, with_optimizer=True)
 no_opt = resume_variant(restore_rng=True, with_optimizer=False)
-print("without RNG states: weights differ from the reference:", no_rng > 0)
-print("without optimizer state: weights differ from the reference:", no_opt > 0)
+print(f"largest weight difference from the reference without the RNG states:      {no_rng:.3f}")
+print(f"largest weight difference from the reference without the optimizer state: {no_opt:.3f}")
 assert no_rng > 1e-4 and no_opt > 1e-4
 
 # %% [markdown]
 # ## 6. Crash-proof saving and loading
 #
-# `save_checkpoint` writes with the four steps of `atomic_save` above, and only then deletes
-# checkpoints older than the last `keep_last`. `load_checkpoint` checks the file before loading it
-# (how, below) and turns any failure into a `CheckpointError` naming the file. Here is what a plain
-# in-place save leaves when it dies mid-write (we write half of a real file under the next name),
-# and how `fallback=True` recovers:
+# `save_checkpoint` writes with the four steps of section 5.3, and only then deletes checkpoints older than the
+# last `keep_last`. `load_checkpoint` checks the file before loading it (how, in section 6.2) and turns any failure
+# into a `CheckpointError` naming the file. This section breaks files in every way we can think of and shows what
+# survives.
+#
+# ### 6.1 A torn file, and `fallback=True`
+#
+# Here is what a plain in-place save leaves when it dies mid-write (we write half of a real file under the next
+# name), and how `fallback=True` recovers by loading the newest file that is intact:
 
 # %%
+needs("ckpt_dir", run="the cells of section 5.4")
 good = list_checkpoints(ckpt_dir)[-1]
 torn = ckpt_dir / "checkpoint_00000028.pt"
 torn.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # what an interrupted in-place write leaves
@@ -752,6 +1055,8 @@ assert info.path == good and info.skipped[0][0] == torn
 torn.unlink()
 
 # %% [markdown]
+# ### 6.2 A flipped bit: a checksum at the end of the file
+#
 # Truncation is the easy case. A flipped bit inside a tensor's bytes (a bad disk, a broken copy) is
 # worse: `torch.load` does not verify the CRC-32 checksums that the zip format stores for each record,
 # so it returns a silently different weight. `save_checkpoint` therefore ends the file with the
@@ -760,6 +1065,7 @@ torn.unlink()
 # ignores it), and `load_checkpoint` compares it before loading:
 
 # %%
+needs("Classifier", run="the first cell of section 5")
 flip_dir = RUN_DIR / "bitflip"
 flip_model = Classifier()
 flip_path = save_checkpoint(flip_dir, model=flip_model, step=1)
@@ -786,6 +1092,8 @@ except CheckpointError as err:
 assert where > 0 and caught and not torch.equal(silently, flip_model.net[0].weight.detach().cpu())
 
 # %% [markdown]
+# ### 6.3 Rolling back, and several processes
+#
 # Two more situations where "the newest file" is the wrong answer:
 #
 # * **Rolling back.** The loss blew up after step 24, so you resume from step 24 on purpose and go on
@@ -796,11 +1104,12 @@ assert where > 0 and caught and not torch.equal(silently, flip_model.net[0].weig
 # * **Several processes.** In DDP every rank has its own random generators (notebook 08), but only
 #   rank 0 writes the file. A checkpoint stores the states under the rank that saved them, and
 #   `load_checkpoint` on any other rank refuses with a `ValueError` instead of silently giving rank 3
-#   the dropout masks of rank 0. Either gather every rank's `rng_state_dict()` and pass
+#   the dropout masks of rank 0. Either gather every rank's `rng_state_dict()` (section 5.2) and pass
 #   `rng_states={rank: state}` to `save_checkpoint`, or resume with `restore_rng=False`. Here `rank=`
 #   is passed explicitly, as a process of a process group would find it.
 
 # %%
+needs("model", run="the cells of section 5.4")
 rollback_dir = RUN_DIR / "rollback"
 for step in (20, 24, 28):
     save_checkpoint(rollback_dir, model=model, step=step)
@@ -825,11 +1134,14 @@ print("rank 1 with restore_rng=False loads step", info.step)
 assert refused and info.step == 25
 
 # %% [markdown]
+# ### 6.4 A full disk, and a killed process
+#
 # An exception in the middle of `save_checkpoint` (here `torch.save` is patched to write half the bytes
 # and then fail, like a full disk) leaves the older checkpoints untouched and no temporary file, and a
 # full disk is reported as one, naming the file:
 
 # %%
+needs("ckpt_dir", "TOTAL", run="the cells of section 5.4")
 real_save = torch.save
 
 
@@ -892,6 +1204,7 @@ def listing(folder) -> list[str]:
 
 
 if hasattr(signal, "SIGKILL"):
+    print("starting the child process (it imports torch, which takes a few seconds)...")
     child = subprocess.run(
         [sys.executable, "-c", CHILD, str(killed_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
     )
@@ -955,6 +1268,8 @@ print("ModuleDict keys in", path.name, ":", list(torch.load(path)["model"]))
 assert torch.equal(encoder2.weight, encoder.weight) and torch.equal(decoder2.bias, decoder.bias)
 
 # %% [markdown]
+# ### 7.1 Warm-starting a different model
+#
 # *Warm-starting* reuses weights of a model trained for another task: same backbone, new head.
 # `load_state_dict(sd, strict=False)` tolerates *missing* and *unexpected* keys and returns them so you
 # can check them, but it does **not** tolerate a key whose shape changed: the 2-class head cannot go
@@ -990,11 +1305,15 @@ assert refused and report.missing_keys == ["head.weight", "head.bias"]
 assert torch.equal(new_model.features[0].weight, pretrained["features.0.weight"])
 
 # %% [markdown]
-# When a layer was **renamed** (say the old code called the backbone `backbone`), rename the keys so
-# they fit, as the notes suggest ("modify the keys and values of the loaded dictionary"). Replace the
-# prefix only at the *start* of a key (`str.removeprefix`), never anywhere inside it.
+# ### 7.2 Renamed layers
+#
+# When a layer was **renamed** (say the old code called the backbone `backbone`), edit the loaded dictionary so
+# that its keys fit the new model: a `state_dict` is an ordinary dictionary, and its keys are only strings.
+# Replace the prefix only at the *start* of a key (`str.removeprefix`), never anywhere inside it (section 8.2
+# shows what goes wrong otherwise).
 
 # %%
+needs("pretrained", "classifier", run="the cell of section 7.1")
 old_style = {k.replace("features.", "backbone.", 1): v for k, v in pretrained.items()}
 print("old checkpoint keys:", list(old_style))
 renamed = {
@@ -1011,18 +1330,23 @@ assert torch.equal(fresh.head.bias, pretrained["head.bias"])
 # ...). By default `torch.load` recreates each tensor on that device, which fails on a machine without
 # that GPU. `map_location` redirects them:
 #
-# * GPU → CPU: `map_location="cpu"` (or `torch.device("cpu")`; the notes' `lambda storage, loc: storage`
-#   does the same);
-# * CPU → GPU: `map_location="cuda:0"` (clearer than the notes' `lambda storage, loc: storage.cuda(1)`),
-#   or load on the CPU and call `model.to(device)` (a module moves in place, but a tensor's `.to()`
-#   returns a copy: write `x = x.to(device)`, as the notes remind);
-# * GPU → another GPU: a dictionary, `map_location={"cuda:1": "cuda:0"}`.
+# * GPU → CPU: `map_location="cpu"` (or `torch.device("cpu")`);
+# * CPU → GPU: `map_location="cuda:0"` (any device string), or load on the CPU and call `model.to(device)`;
+# * GPU → another GPU: a dictionary from saved tag to new device, `map_location={"cuda:1": "cuda:0"}`.
 #
-# This machine has no GPU, so we *forge* a file that says `cuda:1` (we patch the function that
-# writes the device tag) to see the error a CPU-only user gets and the fixes. `load_checkpoint`
-# uses `map_location="cpu"` by default: `load_state_dict` then copies the values onto whatever device
-# the model is on, and in DDP no rank piles tensors onto GPU 0 (the notes' DDP section warns about
-# exactly this).
+# `map_location` may also be a function. PyTorch first rebuilds each storage on the CPU, then calls
+# `map_location(storage, location)` with the saved tag as `location`, and uses what it returns. Older code
+# writes `lambda storage, loc: storage` (keep it on the CPU: the same as `"cpu"`) and
+# `lambda storage, loc: storage.cuda(1)` (move every storage to GPU 1: the same as `"cuda:1"`, which says it
+# more plainly).
+#
+# Mind the difference between modules and tensors: `model.to(device)` moves a module in place (and returns it),
+# but a tensor's `.to(device)` returns a copy and leaves the original where it was, so write `x = x.to(device)`.
+#
+# We cannot count on a second GPU, so we *forge* a file that says `cuda:1` (we patch the function that writes the
+# device tag) to see the error that a user without that GPU gets, and the fixes. `load_checkpoint` uses
+# `map_location="cpu"` by default: `load_state_dict` then copies the values onto whatever device the model is on,
+# and in a multi-process job no process piles tensors onto GPU 0 (notebook 08 shows why that matters).
 
 # %%
 forged = RUN_DIR / "from_gpu1.pt"
@@ -1048,19 +1372,23 @@ for where in ("cpu", torch.device("cpu"), {"cuda:1": "cpu"}, lambda storage, loc
     assert w.device.type == "cpu"
 
 # %%
+needs("weights_path", run="the cell of section 2")
 if device.type == "cuda":
     to_gpu0 = torch.load(forged, map_location={"cuda:1": "cuda:0"})["w"]
     print("map_location={'cuda:1': 'cuda:0'} ->", to_gpu0.device)
     cpu_to_gpu = torch.load(weights_path, map_location="cuda:0")
     print("CPU checkpoint with map_location='cuda:0' ->", cpu_to_gpu["fc1.weight"].device)
+    by_function = torch.load(weights_path, map_location=lambda storage, loc: storage.cuda(0))
+    print("map_location=lambda storage, loc: storage.cuda(0) ->", by_function["fc1.weight"].device)
     assert to_gpu0.device.index == 0 and cpu_to_gpu["fc1.weight"].is_cuda
+    assert by_function["fc1.weight"].device == cpu_to_gpu["fc1.weight"].device
 else:
     print(
         "no CUDA here: on a GPU machine map_location={'cuda:1': 'cuda:0'} puts the tensors on cuda:0, "
-        "and map_location='cuda:0' moves a CPU checkpoint onto the GPU"
+        "and map_location='cuda:0' (or lambda storage, loc: storage.cuda(0)) moves a CPU checkpoint onto the GPU"
     )
 
-# the notes' reminder, shown with a dtype change (it works the same for devices):
+# shown with a dtype change (it works the same for devices):
 # tensor.to(...) returns a new tensor, module.to(...) converts the module in place
 t = torch.zeros(2)
 t.to(torch.float64)
@@ -1077,7 +1405,7 @@ print(
 assert t.dtype == torch.float32 and layer.weight.dtype == torch.float64 and returned is layer
 
 # %% [markdown]
-# ### Large models: `mmap=True` and the `meta` device
+# ### 8.1 Large models: `mmap=True` and the `meta` device
 #
 # A plain `torch.load` reads every tensor's bytes into freshly allocated memory, and building the model
 # first allocates (and randomly initialises) a second copy of every parameter: a 10 GB model briefly
@@ -1119,13 +1447,18 @@ mapped = torch.load(big_path, mmap=True)
 # impossible on `meta`: PyTorch warns once per parameter that the copy "is a no-op" and the model stays
 # empty. With `load_state_dict(sd, assign=True)` the module **takes the loaded tensors themselves** as
 # its parameters (wrapped as `nn.Parameter`, keeping the module's `requires_grad`). With `mmap=True`
-# they are still views of the file: the model now costs no memory until its pages are used. Caveat:
-# anything not in the file (a buffer registered with `persistent=False`) stays on `meta` and must be
-# recreated. A model too large for one process is sharded across ranks (FSDP) and saved shard by shard
+# they are still views of the file: the model now costs no memory until its pages are used.
+#
+# Two more tools and a caveat. To put the weights on a device instead (say, straight onto the GPU), call
+# `model.to_empty(device=...)` first: it gives every tensor of the meta model real but *uninitialised* storage on
+# that device, and an ordinary `load_state_dict` then copies the values in. The caveat: anything not in the file
+# (a buffer registered with `persistent=False`) stays on `meta` after `assign=True` (and holds garbage after
+# `to_empty`): recreate it yourself. A model too large for one process is sharded across ranks (FSDP) and saved shard by shard
 # with `torch.distributed.checkpoint`: [notebook 09](09_sharding_and_distributed_checkpoints.ipynb),
 # section 2.
 
 # %%
+needs("mapped", "big", run="the cell above (section 8.1)")
 with torch.device("meta"):
     skeleton = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
 print("built on:", {p.device.type for p in skeleton.parameters()})
@@ -1156,17 +1489,42 @@ x = torch.randn(4, 256)
 with torch.no_grad():
     assert torch.equal(skeleton(x), big(x))
 
+with torch.device("meta"):
+    shell = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+shell.to_empty(device="cpu")  # real, uninitialised storage
+print("to_empty, then a plain load_state_dict:", shell.load_state_dict(mapped))
+with torch.no_grad():
+    assert torch.equal(shell(x), big(x))
+
+with torch.device("meta"):
+    cached = nn.Linear(2, 2)
+    cached.register_buffer("cache", torch.zeros(2), persistent=False)  # in no state_dict
+cached.load_state_dict(nn.Linear(2, 2).state_dict(), assign=True)
+print("after assign=True: weight on", cached.weight.device.type, "| the unsaved buffer on", cached.cache.device.type)
+assert cached.cache.is_meta and not cached.weight.is_meta
+cached.cache = torch.zeros(2)  # recreate it: assigning to a buffer's name replaces the buffer
+assert not cached.cache.is_meta and "cache" not in cached.state_dict()
+
 # %% [markdown]
-# ### The `module.` prefix of `DataParallel` and DDP
+# ### 8.2 The `module.` prefix of `DataParallel` and DDP
 #
-# `nn.DataParallel(model)` and `DistributedDataParallel(model)` store your model as their attribute
-# `module`, so their `state_dict` keys start with `module.` and do not fit the bare model. (Prefer
-# DDP, notebook 08, over `DataParallel` even on one machine.) The notes strip the prefix with
-# `k[7:]` or `k.replace('module.', '')`; both can break: slicing cuts 7 characters even from keys
-# that have no prefix, and `replace` also rewrites `module.` *inside* a name (a sub-module called
-# `submodule`). PyTorch has a helper that strips it only at the start, in place:
-# `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present`. Best of all, save
-# `model.module.state_dict()` in the first place, which is what `save_checkpoint` does.
+# `nn.DataParallel(model)` and `DistributedDataParallel(model)` (notebook 08, which also explains why DDP is
+# preferred even on one machine) store your model as their attribute `module`, so their `state_dict` keys start
+# with `module.` and do not fit the bare model. Three ways out:
+#
+# 1. **Wrap first, then load.** Wrap the new model in `nn.DataParallel` too and load through the wrapper: its
+#    keys fit the file, and the weights land in your model, which is the wrapper's `.module`. A loading trick
+#    only: it does not make you train with `DataParallel`. (On a machine with exactly one GPU, creating the
+#    wrapper also moves the model to `cuda:0`.)
+# 2. **Strip the prefix.** Older code writes `k[7:]` or `k.replace('module.', '')`; both can break: slicing cuts 7
+#    characters even from keys that have no prefix, and `replace` also rewrites `module.` *inside* a name (a
+#    sub-module called `submodule`). PyTorch's `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present`
+#    strips it only at the start of each key, in place.
+# 3. **Never save it.** Save `model.module.state_dict()` in the first place, which is what `save_checkpoint`
+#    does.
+#
+# The same holds for DDP checkpoints, except that wrapping first needs a process group there (notebook 08): for
+# them, strip the prefix or never save it.
 
 
 # %%
@@ -1185,20 +1543,30 @@ try:
 except RuntimeError as err:
     print("loading into the bare model ->", type(err).__name__, ":", first_line(err))
 
+target = WithSubmodule()
+print("1. nn.DataParallel(target).load_state_dict(...) ->", nn.DataParallel(target).load_state_dict(wrapped_sd))
+print("   target now holds the saved weights:", torch.equal(target.submodule.weight.cpu(), bare.submodule.weight.cpu()))
+assert torch.equal(target.submodule.weight.cpu(), bare.submodule.weight.cpu())
+assert target.submodule.weight.device.type == ("cuda" if torch.cuda.device_count() == 1 else "cpu")
+
 replaced = [k.replace("module.", "") for k in wrapped_sd]
 sliced = [k[7:] for k in bare.state_dict()]
-print("notes' k.replace('module.', ''):", replaced)
-print("notes' k[7:] on keys without prefix:", sliced)
+print("2. k.replace('module.', ''):", replaced)
+print("   k[7:] on keys without prefix:", sliced)
 assert replaced == ["subweight", "subbias"] and sliced == ["le.weight", "le.bias"]
 
 fixed = OrderedDict(wrapped_sd)
 consume_prefix_in_state_dict_if_present(fixed, "module.")
-print("consume_prefix_in_state_dict_if_present:", list(fixed), WithSubmodule().load_state_dict(fixed))
-print("save_checkpoint stores keys:", list(torch.load(save_checkpoint(RUN_DIR / "dp", model=wrapped, step=0))["model"]))
+print("   consume_prefix_in_state_dict_if_present:", list(fixed), WithSubmodule().load_state_dict(fixed))
+print(
+    "3. save_checkpoint stores keys:", list(torch.load(save_checkpoint(RUN_DIR / "dp", model=wrapped, step=0))["model"])
+)
 assert list(fixed) == list(bare.state_dict())
 
 # %% [markdown]
-# `torch.compile(model)` adds a prefix of its own. It returns an `OptimizedModule` that keeps your
+# ### 8.3 The `_orig_mod.` prefix of `torch.compile`
+#
+# `torch.compile(model)` (notebook 11 uses it for speed) adds a prefix of its own. It returns an `OptimizedModule` that keeps your
 # model as its attribute `_orig_mod`, so its `state_dict` keys start with `_orig_mod.` (and with
 # `_orig_mod.module.` for a compiled DDP model). Creating the wrapper compiles nothing: compilation
 # happens at the first call, so looking at the keys is cheap. The cures are the same as for `module.`:
@@ -1208,6 +1576,8 @@ assert list(fixed) == list(bare.state_dict())
 
 # %%
 from torch._dynamo.utils import counters as dynamo_counters  # torch.compile's own statistics
+
+needs("bare", "WithSubmodule", run="the cell of section 8.2")
 
 compiled = torch.compile(bare)  # no call: nothing is compiled
 compiled_sd = compiled.state_dict()
@@ -1224,20 +1594,21 @@ print("save_checkpoint stores keys:", saved_keys)
 assert saved_keys == list(bare.state_dict()) and unwrap_model(torch.compile(nn.DataParallel(bare))) is bare
 
 # %% [markdown]
-# ### A historical note: `UnicodeDecodeError` and `encoding="latin1"`
+# ### 8.4 Checkpoints from Python 2: `UnicodeDecodeError` and `encoding="latin1"`
 #
-# The notes record `UnicodeDecodeError: 'ascii' codec can't decode byte 0xc3` when loading a model
-# saved under **Python 2**. Python 2's `str` was a byte string; Python 3's unpickler must turn it into
+# Loading a model saved under **Python 2** fails with `UnicodeDecodeError: 'ascii' codec can't decode byte
+# 0xc3`. Python 2's `str` was a byte string; Python 3's unpickler must turn it into
 # text and by default assumes ASCII. We can reproduce it with a two-byte Python-2-style pickle (the
 # UTF-8 bytes of "é" stored as an old byte string). `encoding="latin1"` maps each byte to one
 # character (right for NumPy arrays and raw buffers, mojibake for text), `encoding="bytes"` keeps
 # bytes. `torch.load` accepts the option itself and hands it to the unpickler, so there is no need to
-# patch `pickle` as the notes did. Such extra pickle options are meant for `weights_only=False`
+# patch `pickle` (older advice edits PyTorch's `serialization.py` to pass it). Such extra pickle options are meant for `weights_only=False`
 # (PyTorch warns when they are combined with the safe default), so an old Python 2 file is loaded
 # with `torch.load(path, weights_only=False, encoding="latin1")`, and only if you trust it. You will
 # only meet this with checkpoints from before 2020.
 
 # %%
+needs("weights_path", "small", run="the cell of section 2")
 py2_pickle = b"\x80\x02U\x02\xc3\xa9q\x00."  # protocol 2, SHORT_BINSTRING of 2 bytes
 try:
     pickle.loads(py2_pickle)
@@ -1249,8 +1620,7 @@ print(
     "| encoding='bytes' ->",
     pickle.loads(py2_pickle, encoding="bytes"),
 )
-with pytest.warns(UserWarning, match="only works if `weights_only=False`"):
-    torch.load(weights_path, encoding="latin1")
+show_warning(lambda: torch.load(weights_path, encoding="latin1"), UserWarning, "only works if `weights_only=False`")
 with warnings.catch_warnings():
     warnings.simplefilter("error")  # no warning with weights_only=False (our own, trusted file)
     trusted_old = torch.load(weights_path, weights_only=False, encoding="latin1")
@@ -1261,14 +1631,16 @@ assert torch.equal(trusted_old["fc2.bias"], small.fc2.bias)
 # ## 9. Exporting for deployment: from TorchScript to `torch.export`
 #
 # For **deployment** (部署), running a model without its Python code (in C++, on a server, on a phone),
-# you save a *graph* of its operations rather than weights. The notes teach TorchScript:
-# `torch.jit.trace(model, example)` runs the model once and records the operations that happened;
-# `torch.jit.script(model)` compiles the Python source. In PyTorch 2.14 **all of TorchScript is
-# deprecated** (`trace`, `script`, `jit.load` warn with `FutureWarning`) in favour of `torch.export`, so
-# we do not use `torch.jit.script` at all, and call `trace` once, inside `pytest.warns`, only to see its
-# classic flaw.
+# you save a *graph* of its operations rather than weights. For years the tool was TorchScript, and many
+# tutorials still teach it: `torch.jit.trace(model, example)` runs the model once and records the operations that
+# happened; `torch.jit.script(model)` compiles the Python source. In PyTorch 2.14 **all of TorchScript is
+# deprecated** (`trace`, `script`, `jit.save`, `jit.load` warn with `FutureWarning`) in favour of `torch.export`,
+# so we do not use `torch.jit.script` at all, and call `trace` once, only to see its classic flaw. Its warnings
+# are recorded with `warnings.catch_warnings(record=True)`, Python's way to collect warnings into a list
+# instead of printing them.
 #
-# Tracing records *one* path. The notes' `MyDecisionGate` returns `x` or `-x` depending on the sign of
+# Tracing records *one* path. The `MyDecisionGate` of PyTorch's old TorchScript tutorial returns `x` or `-x`
+# depending on the sign of
 # `x.sum()`; traced with a positive example, the `if` is evaluated once in Python and disappears from
 # the graph: the traced model returns `x` for every input. PyTorch even says so with a `TracerWarning`
 # ("Converting a tensor to a Python boolean might cause the trace to be incorrect").
@@ -1281,13 +1653,14 @@ class MyDecisionGate(nn.Module):
 
 
 gate = MyDecisionGate()
-with (
-    pytest.warns(FutureWarning, match=r"jit\.trace"),
-    pytest.warns(torch.jit.TracerWarning, match="Python boolean") as tracer_warnings,
-):
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")  # record every warning, also one that Python would show only once
     traced_gate = torch.jit.trace(gate, torch.ones(3))
-tracer_message = next(str(w.message) for w in tracer_warnings if w.category is torch.jit.TracerWarning)
+deprecation = next(str(w.message) for w in caught if issubclass(w.category, FutureWarning))
+tracer_message = next(str(w.message) for w in caught if w.category is torch.jit.TracerWarning)
+print("FutureWarning:", deprecation)
 print("TracerWarning:", tracer_message.split(". ")[0])
+assert "jit.trace" in deprecation and "Python boolean" in tracer_message
 print("traced code:", " ".join(traced_gate.code.split()))
 
 negative = -torch.ones(3)
@@ -1296,6 +1669,8 @@ print("traced gate(-1) =", traced_gate(negative).tolist())
 assert not torch.equal(traced_gate(negative), gate(negative))
 
 # %% [markdown]
+# ### 9.1 `torch.export` and `.pt2` files
+#
 # **Exporting** (导出) with `torch.export.export(model, example_args, dynamic_shapes=...)` also captures a
 # graph, but it
 # **refuses** data-dependent Python control flow instead of silently baking in one branch, and it
@@ -1330,6 +1705,7 @@ for n in (1, 3, 17):
 # trip through a `.pt2` file.
 
 # %%
+needs("gate", run="the first cell of section 9")
 captured = io.StringIO()
 with contextlib.redirect_stderr(captured):
     try:
@@ -1354,17 +1730,17 @@ for x in (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, -4.0])):  # sum
 assert torch.equal(gate_pt2(torch.tensor([1.0, 2.0, -4.0])), torch.tensor([-1.0, -2.0, 4.0]))  # the `-x` branch
 
 # %% [markdown]
-# ### Without Python: AOTInductor and ExecuTorch
+# ### 9.2 Without Python: AOTInductor and ExecuTorch
 #
 # To run the exported program with **no Python at all** (a C++ server, an embedded device), compile it
 # ahead of time. On servers and desktops that is **AOTInductor**: `torch._inductor.aoti_compile_and_package`
 # generates C++ (and Triton kernels on a GPU), builds it into a shared library with the system's C++
 # compiler, and packs library and weights into another `.pt2` package. Python can load it with
 # `torch._inductor.aoti_load_package`; C++ loads it with `torch::inductor::AOTIModelPackageLoader`
-# (from libtorch). For phones and microcontrollers the route is **ExecuTorch** (`.pte` files), a
-# separate project. We show the AOTInductor code rather than run it: it needs a C++ compiler, and on
-# the course machine compiling even this tiny model took over a minute on one thread, most of a
-# notebook's time budget.
+# (from libtorch, PyTorch's C++ library, whose C++ frontend `torch::nn` can also build and train models
+# without Python; this course stays in Python). For phones and microcontrollers the route is **ExecuTorch**
+# (`.pte` files), a separate project. We show the AOTInductor code rather than run it: it needs a C++ compiler,
+# and compiling even this tiny model takes about a minute on one CPU thread.
 #
 # ```python
 # package = torch._inductor.aoti_compile_and_package(exported, package_path=RUN_DIR / "deploy_aoti.pt2")
@@ -1399,7 +1775,7 @@ ex = Checker("06")
 # %% [markdown]
 # ### Exercise 1 · Predict what a `state_dict` holds
 #
-# Sections 1 and 8 (buffers, optimizer state, the prefixes of wrappers). For the model below, predict on paper:
+# Sections 1.1, 1.2, 8.2 and 8.3 (buffers, optimizer state, the prefixes of wrappers). For the model below, predict on paper:
 #
 # * **a**: `len(Tagger().state_dict())`, the number of entries in the model's `state_dict`;
 # * **b**: `len(opt.state_dict()["state"])` for `model = Tagger()` and `opt = torch.optim.Adam(model.parameters())`,
@@ -1435,8 +1811,8 @@ ex.check(1, answer_1)
 # %% [markdown]
 # ### Exercise 2 · A checkpoint that resumes bit for bit
 #
-# The notes' checkpoint saves the epoch, the model's and the optimizer's `state_dict` and the last loss. Section 5
-# showed what it misses. Write the pair yourself, with `torch.save` and `torch.load` (default `weights_only=True`):
+# The minimal checkpoint of section 5 saves the epoch, the model's and the optimizer's `state_dict` and the last
+# loss; section 5.1 showed what it misses. Write the pair yourself, with `torch.save` and `torch.load` (default `weights_only=True`):
 #
 # * `save_state(path, model, optimizer, step)` writes one file at `path` with everything needed to continue;
 # * `load_state(path, model, optimizer)` restores it into the model and optimizer it is given (built afresh, as a
@@ -1465,7 +1841,7 @@ ex.check(2, save_state, load_state)
 # %% [markdown]
 # ### Exercise 3 · Resume in the middle of an epoch (stretch)
 #
-# The last row of section 5's table, "position in the data", with notebook 04's `DataLoader` and samplers. Write
+# The last row of section 5.1's table, "position in the data", with notebook 04's `DataLoader` and samplers. Write
 # the training loop `train_steps(model, optimizer, dataset, ckpt_path, stop, save_every=4)` of a job that a cluster
 # may kill at any moment and then restart with the same arguments:
 #
@@ -1503,35 +1879,61 @@ def train_steps(
 ex.check(3, train_steps)
 
 # %% [markdown]
+# %% [markdown]
 # ## Summary
 #
-# * A `state_dict` is an ordered dictionary of parameters **and persistent buffers** (BatchNorm's
-#   statistics); an optimizer's has `state` (momentum, Adam moments) and `param_groups`. It holds
-#   references: clone it to keep a snapshot.
-# * Save `model.state_dict()`, rebuild the model from its class, `load_state_dict`, then `eval()`.
-#   Pickling the whole model stores only a *reference* to its class and breaks when code moves.
-# * `torch.load` unpickles, and unpickling can run code. Pass `weights_only=True` explicitly (an
-#   environment variable can turn the default off); allow a trusted custom class with
-#   `torch.serialization.safe_globals`/`add_safe_globals`, or store plain data. That allow-list is a mitigation, not a sandbox (it was bypassed twice, fixed in 2.6 and
-#   2.10): keep PyTorch updated and take weights from strangers only as `safetensors`.
+# * A `state_dict` is an ordered dictionary of parameters **and persistent buffers** (BatchNorm's statistics),
+#   module by module: a module's own entries, then its sub-modules'. An optimizer's has `state` (momentum, Adam
+#   moments) and `param_groups`, whose parameters are positions: loading pairs them by position, so a changed
+#   parameter order misfits silently. A `state_dict` holds references: clone it to keep a snapshot.
+#   `parameters()` is a generator, used up after one pass.
+# * Save `model.state_dict()`, rebuild the model from its class, `load_state_dict`, then `eval()`. Pickling the
+#   whole model stores only a *reference* to its class and breaks when code moves.
+# * `torch.load` unpickles, and unpickling can run code. Pass `weights_only=True` explicitly (an environment
+#   variable can turn the default off); allow a trusted custom class with
+#   `torch.serialization.safe_globals`/`add_safe_globals` (see what a file needs with
+#   `get_unsafe_globals_in_checkpoint`), or store plain data. That allow-list is a mitigation, not a sandbox (it
+#   has been bypassed at least twice, fixed in 2.6 and 2.10): keep PyTorch updated and take weights from
+#   strangers only as `safetensors`.
 # * A resumable checkpoint holds model, optimizer, scheduler, `GradScaler`, epoch and step, and the
-#   Python/NumPy/torch(/CUDA) random states; with a data order derived from the epoch, the resumed run
-#   is **bit-identical** to an uninterrupted one on the CPU. Dropping the RNG or optimizer state breaks
-#   that.
-# * An atomic save is a temporary file in the same folder, `flush` + `fsync`, `os.replace`, and an
-#   `fsync` of the folder: atomic on local POSIX file systems, not promised on Windows or network file
-#   systems. `utils.checkpoint_files.save_checkpoint` does it, ends the file with its SHA-256, keeps the last N,
-#   deletes what killed saves left and moves checkpoints of an abandoned future to `superseded/`;
-#   `load_checkpoint` verifies the SHA-256, raises `CheckpointError` naming a damaged file, can fall back
-#   to the previous checkpoint, and restores random states only on the rank that saved them (or every
-#   rank, given `rng_states=`).
-# * `strict=False` reports missing/unexpected keys but not shape changes; rename keys only at their
-#   start; strip `module.` (DataParallel/DDP) and `_orig_mod.` (`torch.compile`) with
-#   `consume_prefix_in_state_dict_if_present`, or never save them (`unwrap_model`).
-# * `map_location` ("cpu", "cuda:0", or `{"cuda:1": "cuda:0"}`) decides where loaded tensors live;
-#   `mmap=True` maps the file instead of reading it, and a model built on the `meta` device plus
-#   `load_state_dict(sd, assign=True)` takes the loaded tensors without allocating a random copy.
-# * TorchScript (`jit.trace`, `jit.script`) is deprecated; tracing silently drops data-dependent
-#   branches. Use `torch.export` (with `Dim` for dynamic shapes and `torch.cond` for branches) and
-#   `.pt2` files, which Python reloads; to run without Python, compile with AOTInductor
-#   (`aoti_compile_and_package`) or use ExecuTorch on devices.
+#   Python/NumPy/torch(/CUDA) random states, stored as tensors and plain values so that `weights_only=True` loads
+#   them (NumPy's array becomes a tensor). With a data order derived from the epoch, the resumed run is
+#   **bit-identical** to an uninterrupted one on the CPU. Dropping the RNG or optimizer state breaks that.
+# * An atomic save is a temporary file in the same folder (with the mode the umask gives, not `mkstemp`'s
+#   private `0o600`), `flush` + `fsync`, `os.replace`, and an `fsync` of the folder: atomic on local POSIX file
+#   systems, not promised on Windows or network file systems. `utils.checkpoint_files.save_checkpoint` does it,
+#   ends the file with its SHA-256, keeps the last N, deletes what killed saves left and moves checkpoints of an
+#   abandoned future to `superseded/`; `load_checkpoint` verifies the SHA-256, raises `CheckpointError` naming a
+#   damaged file, can fall back to the previous checkpoint, and restores random states only on the rank that saved
+#   them (or every rank, given `rng_states=`).
+# * `strict=False` reports missing/unexpected keys but not shape changes; rename keys only at their start. For
+#   `module.` (DataParallel/DDP) and `_orig_mod.` (`torch.compile`): wrap the new model the same way before
+#   loading, strip the prefix with `consume_prefix_in_state_dict_if_present`, or never save it (`unwrap_model`).
+# * `map_location` ("cpu", "cuda:0", `{"cuda:1": "cuda:0"}`, or a function of storage and saved location) decides
+#   where loaded tensors live. `mmap=True` maps the file instead of reading it; a model built on the `meta` device
+#   plus `load_state_dict(sd, assign=True)` takes the loaded tensors without allocating a random copy
+#   (`to_empty(device=...)` first, then a plain load, copies them onto a device instead).
+# * TorchScript (`jit.trace`, `jit.script`) is deprecated; tracing silently drops data-dependent branches. Use
+#   `torch.export` (with `Dim` for dynamic shapes and `torch.cond` for branches) and `.pt2` files, which Python
+#   reloads; to run without Python, compile with AOTInductor (`aoti_compile_and_package`) or use ExecuTorch on
+#   devices.
+
+# %% [markdown]
+# ## For readers of the original notes (原笔记勘误)
+#
+# This lesson was built from a teacher's study notes written for PyTorch 1.x. Where they say something that no
+# longer holds, or never did, the lesson teaches the current behaviour; this table lists each such place.
+#
+# | What the notes say | What holds in PyTorch 2.14 | Where this lesson shows it |
+# |---|---|---|
+# | The optimizer's `state_dict` printout lists `params` as long numbers (`[4675713712, …]`) | They are the positions `0, 1, 2, …`; old ids were labels too, and loading pairs entries with parameters by position, so a changed parameter order misfits silently | §1.2 · The optimizer's state |
+# | BatchNorm keeps a "running mean and running std" | It keeps `running_mean`, `running_var` and `num_batches_tracked` | §1.1 · Buffers |
+# | `torch.load(PATH)` loads anything (full pickle) | Since 2.6 the default is `weights_only=True`: classes and functions outside an allow-list are refused | §3 · Saving the whole model; §4 · `weights_only=True` |
+# | Saving the whole model: "cannot load, reason unclear" | Pickle stores a reference to the class (module path and name), so renaming or moving it breaks loading; the default load also refuses such a file | §3 · Saving the whole model |
+# | A checkpoint is `{epoch, model_state_dict, optimizer_state_dict, loss}`, saved as `.tar` | That resumes inexactly: the scheduler, `GradScaler`, step, random states and data position are missing; the extension does not matter (the file is a zip) | §5 · A training checkpoint; §5.1 · What the minimal recipe misses |
+# | CPU → GPU: `map_location=lambda storage, loc: storage.cuda(1)` | Works; `map_location="cuda:1"` says the same (and `"cuda:0"` targets another GPU) | §8 · Across devices |
+# | Multi-GPU → CPU, solution 1: wrap in `nn.DataParallel`, then `cudnn.benchmark = True` | Wrapping first works; `cudnn.benchmark` has nothing to do with loading (it lets cuDNN pick convolution algorithms by timing them) | §8.2 · The `module.` prefix |
+# | Solution 2: `name = k[7:]` | Also cuts 7 characters from keys without the prefix (`submodule.weight` → `le.weight`); use `consume_prefix_in_state_dict_if_present` | §8.2 · The `module.` prefix |
+# | Solution 3: `k.replace('module.', '')` | Also rewrites `module.` inside names (`submodule.weight` → `subweight`) | §8.2 · The `module.` prefix |
+# | Python 2 checkpoints: patch `pickle` / `serialization.py` to use `encoding='latin1'` | `torch.load(path, weights_only=False, encoding="latin1")` takes the option itself (an option meant for `weights_only=False`, so for trusted files only; with the safe default PyTorch warns) | §8.4 · Checkpoints from Python 2 |
+# | TorchScript (`torch.jit.trace`, `torch.jit.script`, `jit.save`/`jit.load`) for deployment, with the nested `MyCell` / `MyRNNLoop` / `WrapRNN` example | All of TorchScript is deprecated (`FutureWarning`); the lesson keeps only `MyDecisionGate` to show tracing's flaw, and exports with `torch.export` (`torch.cond` for branches) | §9 · Exporting for deployment |

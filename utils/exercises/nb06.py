@@ -16,11 +16,11 @@ from utils.exercises import Registry, expect, hint, returns
 EXERCISES = Registry("06")
 
 STATE_DICT = "1. What a `state_dict` is"
-BUFFERS = "Buffers: saved state that is not trained"
-PREFIXES = "The `module.` prefix of `DataParallel` and DDP"
+BUFFERS = "1.1 Buffers: saved state that is not trained"
+PREFIXES = "8.2 The `module.` prefix of `DataParallel` and DDP"
 WEIGHTS_ONLY = "4. `torch.load` runs code: `weights_only=True`"
 CHECKPOINT = "5. A training checkpoint"
-MISSES = "What the notes' recipe misses"
+MISSES = "5.1 What the minimal recipe misses"
 
 
 class Tagger(nn.Module):
@@ -152,7 +152,8 @@ def _call_load(load_fn, path, model, opt):
         hint(
             "`torch.load` (weights_only=True, the default) refused an object in your file: store only "
             "tensors, state_dicts and plain Python values, never the model or optimizer object itself, and "
-            "no NumPy arrays (NumPy's random state is one; only torch's generator matters here)",
+            "no NumPy arrays (NumPy's random state holds one: section 5.2 stores it as a tensor; only torch's "
+            "generator matters here)",
             WEIGHTS_ONLY,
         )
     except RuntimeError as err:
