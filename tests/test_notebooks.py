@@ -209,7 +209,7 @@ MAKE_COMMAND = re.compile(r"(?:`|^)(?:[A-Z_]+=\S+ )*make ([a-z][\w-]*)", re.M)
 def _make_commands_mentioned() -> dict[str, set[str]]:
     """``{target: files}`` for every ``make`` command in the docs, CI and the messages of the course's code."""
     code = [p for folder in ("utils", "tools", "notebooks", "benchmarks") for p in (REPO_ROOT / folder).rglob("*.py")]
-    places = [REPO_ROOT / "README.md", REPO_ROOT / ".ci" / "run", *REPO_ROOT.glob("*/*.md"), *code]
+    places = [*REPO_ROOT.glob("*.md"), REPO_ROOT / ".ci" / "run", *REPO_ROOT.glob("*/*.md"), *code]
     found: dict[str, set[str]] = {}
     for path in places:
         for target in MAKE_COMMAND.findall(path.read_text(encoding="utf-8")):

@@ -243,8 +243,8 @@ In the unzipped `torch-course/` folder:
 {commands[1]}
 
 `make lab` opens JupyterLab on the start page, which lists the lessons in order. Without `make` (Windows),
-`python tools/course.py lab` and `python tools/course.py test` do the same. The course's `README.md` says more:
-the lock, the tests, how each notebook is checked.
+`python tools/course.py lab` and `python tools/course.py test` do the same. The course's `README.md` says more,
+and its `CONTRIBUTING.md` how each notebook is checked.
 
 ## 3. Exercises (练习)
 
