@@ -7,6 +7,7 @@ checked in a browser by ``tests/browser/test_site.py`` (``make test-browser``).
 from __future__ import annotations
 
 import re
+import zipfile
 
 import nbformat
 import pytest
@@ -74,9 +75,9 @@ def test_the_landing_page_is_the_syllabus_and_each_lesson_links_its_download_and
     lessons = site.lessons()
     assert re.findall(r"\| \d\d \| \[[^]]+\]\((\d\d_\w+\.ipynb)\)", index) == [p.name for p in lessons]
     for path in lessons:
-        assert (dest / "downloads" / path.name).read_bytes() == path.read_bytes()  # the notebook as shipped
+        assert (dest / "downloads" / path.name).read_bytes() == site.committed(path)  # the notebook as committed
         page = nbformat.read(dest / path.name, as_version=4)
-        assert page.cells[0].source == nbformat.read(path, as_version=4).cells[0].source.partition("\n")[0]
+        assert page.cells[0].source == site.read_lesson(path).cells[0].source.partition("\n")[0]
         assert f'href="downloads/{path.name}"' in page.cells[1].source
         assert re.search(r"Study time about \d+ min; its cells ran in \d+ s on a 2-core CPU", page.cells[1].source)
         markdown = "".join(c.source for c in page.cells if c.cell_type == "markdown")
@@ -94,9 +95,7 @@ def test_run_locally_links_nothing_the_site_lacks(staged):
 @pytest.mark.skipif(not (REPO_ROOT / "solutions").is_dir(), reason="no solutions/ in this copy of the course")
 def test_the_lessons_publish_no_solution():
     """No code cell of a published lesson holds a reference solution of solutions/ (they must stay stubs)."""
-    code = "\n".join(
-        c.source for p in site.lessons() for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code"
-    )
+    code = "\n".join(c.source for p in site.lessons() for c in site.read_lesson(p).cells if c.cell_type == "code")
     solutions = [
         block.strip()
         for f in (REPO_ROOT / "solutions" / f"{x.stem}.md" for x in lessons())
@@ -142,3 +141,21 @@ def test_chinese_text_is_marked_as_chinese_outside_tags_and_raw_text():
     )
     svg = "<svg><text>中文</text></svg><math><mi>中</mi></math>"
     assert mark_chinese(svg) == svg
+
+
+def test_the_site_publishes_the_last_commit_not_the_working_copy(tmp_path):
+    """A teacher who tried the exercises in the clone they publish from hands out no answers: the pages, the
+    notebooks and the course's zip are the committed ones."""
+    if not site._git("rev-parse", "--verify", "--quiet", "HEAD"):
+        pytest.skip("not a git checkout")
+    path = REPO_ROOT / "LICENSE-CONTENT.md"  # a committed file that no other test reads while this one runs
+    before = path.read_bytes()
+    try:
+        path.write_bytes(before + b"\nmy answer\n")  # as an exercise answered and saved in a lesson
+        assert site.committed(path) == before and "LICENSE-CONTENT.md" in site.uncommitted()
+        site.write_course_zip(tmp_path / "course.zip")
+        with zipfile.ZipFile(tmp_path / "course.zip") as z:
+            assert z.read("torch-course/LICENSE-CONTENT.md") == before
+            assert z.getinfo("torch-course/.ci/run").external_attr >> 16 == 0o755
+    finally:
+        path.write_bytes(before)

@@ -98,13 +98,43 @@ def lessons() -> list[Path]:
     return [x.notebook for x in course_lessons()]
 
 
+def _git(*args: str) -> bytes | None:
+    """The output of a git command in the course's folder; None outside a git checkout (an unzipped course)."""
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def committed(path: Path) -> bytes:
+    """A file of the course as the last commit holds it (what a teacher published), or as it is on disk when the
+    course is not a git checkout. Work in progress (a teacher's own exercise answers) is never published."""
+    rel = path.resolve().relative_to(REPO_ROOT).as_posix()
+    if _git("rev-parse", "--verify", "--quiet", "HEAD") is None:
+        return path.read_bytes()
+    data = _git("show", f"HEAD:{rel}")
+    if data is None:
+        raise FileNotFoundError(f"{rel} is not committed: commit it, or leave it out of the course")
+    return data
+
+
+def uncommitted() -> list[str]:
+    """The files of the course whose working copy differs from the last commit (left out of the site)."""
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return sorted(line[3:] for line in (out or b"").decode().splitlines() if line.strip())
+
+
+def read_lesson(path: Path) -> nbformat.NotebookNode:
+    return nbformat.reads(committed(path).decode("utf-8"), as_version=4)
+
+
 def key_terms(notebooks: list[Path]) -> dict[str, list[Term]]:
     """{Chinese term: its uses, first per lesson, in course order}. The first is where it is taught."""
     terms: dict[str, list[Term]] = {}
     for path in notebooks:
         used: set[str] = set()  # anchors are unique within a lesson, so that one lesson's edits move no other's
         # a lesson's .ipynb, or its jupytext source (``python -m tools.site --terms notebooks/src/*.py``)
-        nb = jupytext.read(path) if path.suffix == ".py" else nbformat.read(path, as_version=4)
+        nb = jupytext.read(path) if path.suffix == ".py" else read_lesson(path)
         for cell in nb.cells:
             if cell.cell_type != "markdown":
                 continue
@@ -126,7 +156,7 @@ def key_terms(notebooks: list[Path]) -> dict[str, list[Term]]:
 
 def stage_lesson(path: Path, terms: dict[str, list[Term]], dest: Path) -> None:
     """The lesson's page (its notebook with a download link and the key terms' anchors) and its download."""
-    nb = nbformat.read(path, as_version=4)
+    nb = read_lesson(path)
     placed: set[str] = set()  # the anchors already put on this page
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -146,7 +176,7 @@ def stage_lesson(path: Path, terms: dict[str, list[Term]], dest: Path) -> None:
     nb.cells[0].source = title
     nb.cells[1:1] = [link, nbformat.v4.new_markdown_cell(rest.strip())]
     nbformat.write(nb, dest / path.name)
-    shutil.copy2(path, dest / "downloads" / path.name)
+    (dest / "downloads" / path.name).write_bytes(committed(path))
 
 
 def _anchored(source: str, lesson: str, terms: dict[str, list[Term]], placed: set[str]) -> str:
@@ -267,28 +297,33 @@ def _site_links(markdown: str) -> str:
 
 
 def course_files() -> list[str]:
-    """The course's files, as git tracks them (with their changes in the work tree); without git, every file
-    but the generated ones."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-        return sorted(f for f in out.decode().split("\0") if f and (REPO_ROOT / f).is_file())
-    except (OSError, subprocess.CalledProcessError):
-        skip = {".git", "build", "runs", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".ruff_cache"}
-        return sorted(
-            p.relative_to(REPO_ROOT).as_posix()
-            for p in REPO_ROOT.rglob("*")
-            if p.is_file()
-            and not skip.intersection(p.relative_to(REPO_ROOT).parts)
-            and not p.relative_to(REPO_ROOT).parts[0].startswith(".venv")
-        )
+    """The course's files: those of the last commit, or, without git, every file but the generated ones."""
+    if (out := _git("ls-tree", "-r", "--name-only", "-z", "HEAD")) is not None:
+        return sorted(f for f in out.decode().split("\0") if f)
+    skip = {".git", "build", "runs", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".ruff_cache"}
+    return sorted(
+        p.relative_to(REPO_ROOT).as_posix()
+        for p in REPO_ROOT.rglob("*")
+        if p.is_file()
+        and not skip.intersection(p.relative_to(REPO_ROOT).parts)
+        and not p.relative_to(REPO_ROOT).parts[0].startswith(".venv")
+    )
 
 
 def write_course_zip(dest: Path) -> None:
-    """The course as handed out to learners: every file but the teachers' ``solutions/`` (the README's advice)."""
+    """The course as handed out to learners: every committed file but the teachers' ``solutions/``."""
+    executable = {
+        line.split("\t", 1)[1]
+        for line in (_git("ls-tree", "-r", "HEAD") or b"").decode().splitlines()
+        if line.startswith("100755")
+    }
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
         for name in course_files():
             if not name.startswith("solutions/"):
-                z.write(REPO_ROOT / name, f"torch-course/{name}")
+                info = zipfile.ZipInfo(f"torch-course/{name}", date_time=(2026, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = (0o755 if name in executable else 0o644) << 16
+                z.writestr(info, committed(REPO_ROOT / name))
 
 
 def copy_mathjax(dest: Path) -> None:
@@ -324,6 +359,11 @@ def stage(dest: Path = STAGE, mathjax: bool = True) -> dict[str, list[Term]]:
 
 def build() -> int:
     start = time.perf_counter()
+    if left_out := uncommitted():
+        print(
+            f"make site: publishing the last commit; {len(left_out)} changed file(s) of the working copy are left "
+            f"out (commit them to publish them): {', '.join(left_out[:8])}{' ...' if len(left_out) > 8 else ''}"
+        )
     terms = stage()
     mkdocs = [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "--config-file", str(CONFIG)]
     # Material for MkDocs prints a banner on every build: it reaches end of life on 5 May 2027 (README, "The website")
