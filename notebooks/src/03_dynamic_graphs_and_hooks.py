@@ -153,15 +153,16 @@ print("the same call twice records two graphs:", z_first.grad_fn is not z_again.
 assert z_first.grad_fn is not z_again.grad_fn
 
 # %% [markdown]
-# **Static and dynamic graphs (静态图与动态图).** Frameworks with a *static* graph, such as TensorFlow 1.x and Caffe,
-# had you declare the whole graph first and then run it many times. A graph known in advance is built once and can
+# **Static and dynamic graphs.** Frameworks with a **static graph** (静态图), such as TensorFlow 1.x and Caffe, had
+# you declare the whole graph first and then run it many times. A graph known in advance is built once and can
 # be optimised as a whole: for example, a convolution and the ReLU after it can be fused into one kernel that reads
 # and writes memory once. PyTorch's dynamic graph costs a little bookkeeping per operation, and in exchange lets
 # ordinary Python (loops, `if`, `print`, a debugger) decide and inspect the computation. Speed depends mostly on the
 # kernels underneath (the matrix-product and convolution libraries), not on the kind of graph, and the line has
 # blurred: `torch.compile` (notebook 11) captures a graph from your eager code and fuses operations, keeping the
 # eager program as the definition of what to compute.
-#
+
+# %% [markdown]
 # ## 2. `grad_fn` chains and `next_functions`
 #
 # Every tensor produced by a differentiable operation remembers the node that will compute its gradient,
@@ -506,8 +507,8 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 # - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
 # - `with torch.inference_mode():` goes further: in **inference mode** (推理模式) every tensor made inside is an
-#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器;
-#   section 8)). Later, outside the block, an inference tensor may still be an input of a recorded operation whose
+#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器),
+#   section 8). Later, outside the block, an inference tensor may still be an input of a recorded operation whose
 #   backward does not need to keep it (`t + p`: the gradient of a sum does not depend on `t`); an operation that must
 #   **save** it for backward (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is
 #   recorded, not later at `backward()`. Clone it (`t.clone()`) to get a normal tensor, as the error message says.
