@@ -1,44 +1,71 @@
 # %% [markdown]
 # # 03 · Dynamic computation graphs and hooks (动态计算图与钩子)
 #
-# **What you will learn.** How PyTorch records a **dynamic computation graph** (动态计算图) while your code
-# runs, and what happens to it when you call `backward()`, the **backward pass** (反向传播) that computes the
-# **gradient** (梯度):
+# When you call `loss.backward()`, what exactly does PyTorch walk through, and how can you watch it, or change it,
+# without touching the model's code? This lesson opens the box: the **dynamic computation graph** (动态计算图)
+# that PyTorch records while your code runs, the **backward pass** (反向传播) that walks it to compute each
+# **gradient** (梯度), and the **hooks** (钩子) that let you plug your own functions into both.
 #
-# - the forward pass runs eagerly, one statement at a time, and Python control flow decides the graph;
-# - the graph's saved values are freed by `backward()` unless you ask for `retain_graph=True`;
-# - the graph is made of backward nodes (反向节点), not tensors: `grad_fn` nodes and their `next_functions` edges,
-#   walked by hand, printed and drawn; where the chain rule's sum over paths really happens (the engine's input
-#   buffer, once, not in `.grad`), with the notes' `w1`/`w2`/`w3` example and its printed results (28, 8, 10);
-# - **leaf tensors** (叶子节点) and non-leaf tensors, `retain_grad()`;
-# - tensor **hooks** (钩子) with `register_hook`: logging and changing this pass's gradient; versus
-#   `register_post_accumulate_grad_hook`, which sees the accumulated `.grad`;
-# - `detach`, `torch.no_grad`, `torch.inference_mode` (an inference tensor may enter a recorded operation only if
-#   that operation need not save it) and how `requires_grad` propagates;
-# - `backward(gradient)` for non-scalar outputs (`grad_tensors` today, the 0.x `grad_variables` deprecated), and
-#   splitting one backward pass in two (the notes' `step1/step2`);
-# - in-place operations that break autograd, and the errors they raise;
-# - **module hooks** (模块钩子): forward pre-hooks, **forward hooks** (前向钩子), full **backward hooks** (反向钩子),
-#   global hooks, and how `nn.Module.__call__` runs them around `forward`; practical uses (shapes layer by layer,
-#   capturing each layer's **activation** (激活值), gradient-norm monitoring);
-# - exporting a model graph to TensorBoard and reading the event file back;
-# - the warnings PyTorch gives for outdated code in the notes, their text printed for you to read, and asserted.
+# **You will learn to**
 #
-# **Before this notebook** you should know tensors and `requires_grad`/`backward()` basics (notebooks 01–02).
+# - explain what autograd records: a graph of backward nodes (not tensors), rebuilt on every forward pass, and
+#   decided by ordinary Python `if`/`while`;
+# - read that graph (`grad_fn`, `next_functions`, `AccumulateGrad`) and say where the chain rule adds up the
+#   contributions of several paths;
+# - predict which tensors keep a `.grad` (**leaf tensors** (叶子节点), `retain_grad`) and what `backward()` frees
+#   (the saved tensors, which `saved_tensors_hooks` lets you see);
+# - look at and change gradients with tensor hooks, and the accumulated `.grad` with post-accumulate hooks;
+# - stop recording with `detach`, `no_grad` and `inference_mode` (and know why `eval()` is not one of them);
+# - use `backward(gradient)` for non-scalar outputs, and split one backward pass in two;
+# - find the operation behind an in-place error or a NaN gradient with `torch.autograd.detect_anomaly`;
+# - use **module hooks** (模块钩子): forward pre-hooks, **forward hooks** (前向钩子), full **backward hooks**
+#   (反向钩子) and global hooks, know how `nn.Module.__call__` runs them, and why full backward hooks refuse
+#   in-place layers;
+# - print shapes layer by layer, capture each layer's **activation** (激活值) and monitor gradient norms with hooks;
+# - export a model graph to TensorBoard, and draw the autograd graph yourself.
 #
-# **Study time:** about 80 min (20 of them for the exercises). The slowest cells import TensorBoard and trace
-# the graph.
+# **Before this notebook:** tensors, views and broadcasting (notebook 01); `backward()`, `torch.autograd.grad`, the
+# vector-Jacobian product and a small network built from `nn.Linear`, `nn.Sequential` and an optimizer
+# (notebook 02).
 #
-# **On a GPU.** The models and their inputs go to `get_device()`; every graph, hook and error below
-# behaves the same on CUDA (the graph nodes have the same names), only the numbers drawn from the random
-# generator differ. The tiny scalar examples stay on the CPU on purpose: they are about autograd, not speed.
+# **Study time:** about 120 min (35 of them for the exercises).
 #
-# The examples follow the teacher's notes ("动态计算图", "PyTorch 中 backward() 详解", "PyTorch中的钩子（Hook）",
-# the `step1/step2` example, "inplace=True", "detach" and "register 与 hook 机制"); where the notes show PyTorch 1.x
-# code that has changed since, the notebook says so and shows the current way.
+# **On a GPU.** The models and their inputs go to `get_device()`; every graph, hook and error below behaves the same
+# on CUDA (the graph nodes have the same names), only the numbers drawn from the random generator differ. The tiny
+# scalar examples stay on the CPU on purpose: they are about autograd, not speed.
+#
+# This lesson grew out of a teacher's study notes on autograd (in Chinese, written for PyTorch 1.x). You do not need
+# them: where they say something that no longer holds, the last section lists it, for readers who have them.
+
+# %% [markdown]
+# ## Setup
+#
+# From the course's `utils` package: `seed_everything(0)` makes the random draws repeatable; `get_device()` picks
+# CUDA, then Apple MPS, then the CPU; `fmt` prints a tensor's numbers rounded to 4 decimals; `plot_curves` and
+# `plot_image_grid` draw the figures; `REPO_ROOT` and `relpath` locate the folder the lesson writes to.
+#
+# **How this lesson shows errors and warnings.** Many cells below raise an error on purpose, because the error is
+# the lesson. `expect_error(fn)`, defined below, is plain Python: it runs `fn()` inside `try`/`except`, prints the
+# error's type and first sentence, and returns the error so that the cell can check more of it (it fails loudly if
+# nothing is raised). A **warning** is a message, not an error: Python prints it once to stderr and carries on, and
+# a strict test run may turn it into an error or hide it. When a warning is the lesson, the cell calls
+# `show_warning(fn, category, match)` from `utils`, which records every warning `fn()` raises, prints the first one
+# of that category whose text contains `match`, and fails if there is none. Its core is worth copying into your own
+# tests:
+#
+# ```python
+# with warnings.catch_warnings(record=True) as caught:
+#     warnings.simplefilter("always")  # record every warning, whatever the filters outside
+#     result = fn()
+# found = [w for w in caught if issubclass(w.category, category) and match in str(w.message)]
+# # ... fail if found is empty; print found[0]'s category and first sentence; return result
+# ```
 
 # %%
+import inspect
 import shutil
+import time
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -65,19 +92,23 @@ def expect_error(fn, error_type=RuntimeError):
 
 
 print("device:", device.type)
+assert 'warnings.simplefilter("always")' in inspect.getsource(show_warning)  # the core shown above
 
 # %% [markdown]
 # ## 1. The forward pass runs eagerly (正向传播立即执行)
 #
-# Each node of the graph autograd records is a **backward node** (反向节点), not a tensor: one node per recorded operation
-# (the result's `grad_fn`, e.g. `MulBackward0`, which knows how to compute that operation's gradients), plus one
-# `AccumulateGrad` node per leaf that requires grad (it writes the leaf's `.grad`). Edges (`next_functions`) lead from a
-# node to the nodes of the operation's inputs. Tensors hang *off* the graph: a result points to the node that made it,
-# and a node keeps the tensors it saved for backward. (The notes draw tensors as nodes too; section 2 walks the real
-# structure.) "Dynamic" has two meanings in the notes. The first: **every statement runs at
-# once** and adds its nodes to the graph as it goes. There is no separate "build the graph, then run it" phase:
-# `Y_hat` below holds numbers as soon as its line has run, before `loss` even exists.
-# (The notes print `loss.data`; `.data` is a legacy back door, see section 6. Use `.detach()` or `.item()`.)
+# While you compute with tensors that require grad, autograd records a graph. Its nodes are **backward nodes**
+# (反向节点), not tensors: one node per recorded operation (the result's `grad_fn`, e.g. `MulBackward0`, which knows
+# how to compute that operation's gradients), plus one `AccumulateGrad` node per leaf that requires grad (it writes
+# the leaf's `.grad`). Edges (`next_functions`) lead from a node to the nodes of the operation's inputs. Tensors hang
+# *off* the graph: a result points to the node that made it, and a node keeps the tensors it saved for backward.
+# Section 2 walks this structure by hand.
+#
+# The graph is **dynamic** in two senses. The first: **every statement runs at once** and adds its nodes to the
+# graph as it goes. There is no separate "build the graph, then run it" phase: `Y_hat` below holds numbers as soon
+# as its line has run, before `loss` even exists. (The second sense, the graph being freed after `backward()`, is
+# section 3.) To print a value, use `.item()` for a number or `.detach()` for a tensor; older code writes
+# `loss.data`, a legacy back door that section 6 explains.
 
 # %%
 w = torch.tensor([[3.0, 1.0]], requires_grad=True)
@@ -97,6 +128,7 @@ print("loss was made by", type(loss.grad_fn).__name__, "- the graph was recorded
 # Because the graph is recorded while ordinary Python runs, `if`/`while` decide **which** operations are recorded,
 # and the graph can be different on every call. Below, a loop doubles `y` until its norm reaches 10: a small input
 # loops more often, so its graph holds more multiplications, and the gradient `dz/dx = 2**k` tells how many.
+# **Predict first:** how many doublings for a start of 0.1, and for 3.0?
 
 
 # %%
@@ -115,6 +147,21 @@ for start in (0.1, 3.0):
     print(f"start={start}: {k} doublings recorded, dz/dx = {fmt(x.grad)}")
     assert torch.equal(x.grad, torch.full((2,), 2.0**k))
 
+z_first, _ = grow(x)
+z_again, _ = grow(x)
+print("the same call twice records two graphs:", z_first.grad_fn is not z_again.grad_fn)
+assert z_first.grad_fn is not z_again.grad_fn
+
+# %% [markdown]
+# **Static and dynamic graphs.** Frameworks with a **static graph** (静态图), such as TensorFlow 1.x and Caffe, had
+# you declare the whole graph first and then run it many times. A graph known in advance is built once and can
+# be optimised as a whole: for example, a convolution and the ReLU after it can be fused into one kernel that reads
+# and writes memory once. PyTorch's dynamic graph costs a little bookkeeping per operation, and in exchange lets
+# ordinary Python (loops, `if`, `print`, a debugger) decide and inspect the computation. Speed depends mostly on the
+# kernels underneath (the matrix-product and convolution libraries), not on the kind of graph, and the line has
+# blurred: `torch.compile` (notebook 11) captures a graph from your eager code and fuses operations, keeping the
+# eager program as the definition of what to compute.
+
 # %% [markdown]
 # ## 2. `grad_fn` chains and `next_functions`
 #
@@ -125,8 +172,8 @@ for start in (0.1, 3.0):
 # leaf tensor that requires grad: they add the incoming gradient into that tensor's `.grad` (their `.variable` is
 # the tensor). An input that needs no gradient (a constant) shows up as `None`.
 #
-# The notes' example: `y1 = x + 1`, `y2 = 2 * x`, `loss = (y1 - y2) ** 2`. We print node names with
-# `type(fn).__name__` rather than `print(fn)`, whose repr contains a memory address.
+# A small example: `y1 = x + 1`, `y2 = 2 * x`, `loss = (y1 - y2) ** 2`. We print node names with
+# `type(fn).__name__` rather than `print(fn)`, whose repr contains a memory address that changes on every run.
 
 
 # %%
@@ -161,15 +208,17 @@ assert add_node.next_functions[0][0] is mul_node.next_functions[0][0]  # ONE Acc
 assert add_node.next_functions[0][0].variable is x
 
 # %% [markdown]
-# `x` has a single `AccumulateGrad` node reached along two paths. The notes list the steps of `loss.backward()`:
-# the loss gets gradient 1; `PowBackward0` and `SubBackward0` turn it into gradients for `y1` and `y2`;
-# `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, $-4 \cdot 1$ and $4 \cdot 2$.
-# **Where are they added?** Not in `x.grad`, as the notes (and many tutorials) suggest: the engine waits until every
-# path into a node has delivered, sums the contributions in that node's **input buffer** (输入缓冲区), and then runs the node
-# **once** with the total, $-4 + 8 = 4$: the sum over paths that the **chain rule** (链式法则) prescribes. So a hook on `x`, and a
-# pre-hook on its `AccumulateGrad` node, each fire once and see 4, never $-4$ and $8$ apart. Adding into `.grad` is a
-# different mechanism: accumulation *across* `backward()` calls (section 3). (Notebook 02 met this sum with the same
-# `AccumulateGrad` pre-hook; here we see where it sits in the graph.)
+# `x` has a single `AccumulateGrad` node, reached along two paths. Here is what `loss.backward()` does, step by step:
+# the loss gets gradient 1; `PowBackward0` and `SubBackward0` turn it into gradients for `y1` and `y2` ($-4$ and
+# $4$); `AddBackward0` and `MulBackward0` turn those into two contributions for `x`, $-4 \cdot 1$ and $4 \cdot 2$.
+#
+# **Where are the two contributions added?** Not in `x.grad`, as many tutorials say. The engine waits until every
+# path into a node has delivered, sums the contributions in that node's **input buffer** (输入缓冲区), and then runs
+# the node **once** with the total, $-4 + 8 = 4$: the sum over paths that the **chain rule** (链式法则) prescribes.
+# So a hook on `x`, and a pre-hook on its `AccumulateGrad` node (`node.register_prehook(fn)` calls `fn` with the
+# gradients about to enter the node), each fire once and see 4, never $-4$ and $8$ apart. Adding into `.grad` is a
+# different mechanism: accumulation *across* `backward()` calls (section 3). **Predict first:** how many times
+# will each hook below fire, and with which values?
 
 # %%
 calls = []
@@ -183,26 +232,24 @@ assert calls == [("tensor hook on x", 4.0), ("AccumulateGrad pre-hook", 4.0)]  #
 assert x.grad.item() == -4.0 * 1 + 4.0 * 2
 
 # %% [markdown]
-# The notes' own graph example makes the same point with three weights: `l1 = input * w1` is used twice (in
+# A second example makes the same point with three weights: `l1 = input * w1` is used twice (in
 # `l2 = l1 + w2` and `l3 = l1 * w3`), so `w1`'s gradient is a sum over two paths. With `input` a 2×2 block of ones,
 # $w_1=2, w_2=3, w_3=4$ and `loss = (l2 * l3).mean()`, all four elements are equal ($l_1 = 2$, $l_2 = 5$,
 # $l_3 = 8$, $l_4 = 40$), so the mean has the gradients of one element. By hand, the path through `l2` gives
 # $l_3 = 8$ and the path through `l3` gives $l_2 w_3 = 20$, so $\partial loss/\partial w_1 = 20 + 8 = 28$,
-# $\partial loss/\partial w_2 = l_3 = 8$ and $\partial loss/\partial w_3 = l_1 l_2 = 10$: the values the notes
-# print.
+# $\partial loss/\partial w_2 = l_3 = 8$ and $\partial loss/\partial w_3 = l_1 l_2 = 10$.
 #
-# The notes print each tensor with a `print_tensor(t)` helper, before and after `backward()`. Three details of its
-# code are outdated in PyTorch 2.14, so the version below changes them and says why: it prints `t.detach()` instead
-# of `t.data` (the same values, without the legacy back door of section 6); it prints the `grad_fn`'s class name
-# instead of its repr, whose `object at 0x...` address changes every run; and it reads `.grad` of leaves only,
-# since reading `.grad` of a non-leaf (`l1` ... `loss`) now returns `None` *with a warning* (section 4). The notes'
-# variable `input` is renamed `inp`, so as not to hide Python's built-in `input`. Everything else prints exactly as in
-# the notes: all `grad`s `None` before, then `tensor(28.)`, `tensor(8.)`, `tensor(10.)` for the three leaves.
+# `print_tensor` prints a tensor's value, `.grad`, `grad_fn` and `is_leaf`, before and after `backward()`. It
+# prints `t.detach()`, not `t.data` (the same values, without the legacy back door of section 6), the `grad_fn`'s
+# class name, not its address, and reads `.grad` of leaves only: reading `.grad` of a non-leaf (`l1` ... `loss`)
+# returns `None` *with a warning* (section 4). The input is named `inp`, so as not to hide Python's built-in
+# `input`. Expect every `grad` to be `None` before, then `tensor(28.)`, `tensor(8.)`, `tensor(10.)` for the three
+# leaves.
 
 
 # %%
 def print_tensor(name, t):
-    """The notes' print_tensor, for today's PyTorch: value, .grad (leaves only), grad_fn class, is_leaf."""
+    """Value, .grad (leaves only), grad_fn class, is_leaf."""
     grad = t.grad if t.is_leaf else None  # non-leaves keep no .grad; reading it would warn
     fn = type(t.grad_fn).__name__ if t.grad_fn is not None else None
     print(f"{name}:", t.detach(), grad, fn, t.is_leaf)
@@ -214,8 +261,8 @@ l1 = inp * w1
 l2 = l1 + w2
 l3 = l1 * w3
 l4 = l2 * l3
-notes_loss = l4.mean()  # `loss` stays the graph of the cells above (section 3 uses it)
-tensors = {"w1": w1, "w2": w2, "w3": w3, "l1": l1, "l2": l2, "l3": l3, "l4": l4, "loss": notes_loss}
+three_loss = l4.mean()  # `loss` stays the graph of the cells above (section 3 uses it)
+tensors = {"w1": w1, "w2": w2, "w3": w3, "l1": l1, "l2": l2, "l3": l3, "l4": l4, "loss": three_loss}
 print("before backward():")
 for name, t in tensors.items():
     print_tensor(name, t)
@@ -223,24 +270,24 @@ assert all(t.grad is None for t in (w1, w2, w3))
 
 w1_calls = []
 w1.register_hook(lambda grad: w1_calls.append(grad.item()))
-notes_loss.backward()
+three_loss.backward()
 print("after backward():")
 for name, t in tensors.items():
     print_tensor(name, t)
 print("hook on w1 fired", len(w1_calls), "time(s), with", w1_calls)
 assert (w1.grad.item(), w2.grad.item(), w3.grad.item()) == (28.0, 8.0, 10.0)
-assert [t.detach().unique().item() for t in (l1, l2, l3, l4, notes_loss)] == [2.0, 5.0, 8.0, 40.0, 40.0]
+assert [t.detach().unique().item() for t in (l1, l2, l3, l4, three_loss)] == [2.0, 5.0, 8.0, 40.0, 40.0]
 assert [t.is_leaf for t in tensors.values()] == [True] * 3 + [False] * 5
 assert w1_calls == [28.0]  # one call with the sum of both paths (20 + 8), not two
 
 # %% [markdown]
 # ## 3. The graph is freed after `backward` (计算图在反向传播后立即销毁)
 #
-# Notebook 02 met this error; here we look at what exactly is freed. The second meaning of "dynamic": after `backward()`
-# (or `torch.autograd.grad`) each **saved tensor** (保存的张量) of the graph, an intermediate value a backward function needs
-# (here `PowBackward0` saved `y1 - y2`), is freed to save memory. A second `backward()` through the same graph fails.
-# Pass `retain_graph=True` to keep them; then each `backward()` adds into `.grad` once more (gradients accumulate until
-# you zero them).
+# You met this error in notebook 02; here we look at what exactly is freed. The second sense of "dynamic": after
+# `backward()` (or `torch.autograd.grad`) each **saved tensor** (保存的张量) of the graph, an intermediate value a
+# backward function needs (here `PowBackward0` saved `y1 - y2`), is freed to save memory, and the next forward pass
+# records a new graph. A second `backward()` through the same graph fails. Pass `retain_graph=True` to keep the saved
+# tensors; then each `backward()` adds into `.grad` once more (gradients accumulate until you zero them).
 
 # %%
 expect_error(loss.backward)  # the loss from the previous section was already back-propagated once
@@ -277,21 +324,49 @@ assert dy_dx_again.item() == 27.0
 err = expect_error(lambda: torch.autograd.grad(y, x))  # now the saved x is gone
 
 # %% [markdown]
+# **Seeing what is saved: `saved_tensors_hooks`.** You can watch every saved tensor go in and out. Inside
+# `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):`, each time an operation saves a tensor for
+# backward, autograd calls `pack(tensor)` and keeps whatever `pack` returns; whenever the tensor is needed again
+# (by `backward()`, or when you read `_saved_self`), it calls `unpack(kept)`, even after the `with` block has ended.
+# For the loss of section 2 exactly one tensor is saved, `y1 - y2 = -2`: the addition and the multiplication by a
+# constant save nothing. Returning something other than the tensor itself is how memory-saving tools work:
+# **offloading** moves the tensor to CPU memory in `pack` and back in `unpack`, and activation checkpointing keeps
+# nothing and recomputes it. Notebook 11 uses these hooks to measure how much a model saves.
+
+# %%
+x = torch.tensor(3.0, requires_grad=True)
+packed, unpacked = [], []
+
+
+def pack(t):
+    packed.append(t.item())
+    return t  # what autograd keeps
+
+
+def unpack(kept):
+    unpacked.append(kept.item())
+    return kept  # what the backward function receives
+
+
+with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+    y1 = x + 1
+    y2 = 2 * x
+    loss = (y1 - y2) ** 2
+print("packed while recording:", packed)
+print("PowBackward0's saved value:", loss.grad_fn._saved_self.item(), "| unpacked so far:", unpacked)
+loss.backward()
+print("unpacked after backward():", unpacked)
+assert packed == [-2.0] and unpacked == [-2.0, -2.0]
+
+# %% [markdown]
 # ## 4. Leaf and non-leaf tensors (叶子节点与非叶子节点), `retain_grad`
 #
 # A *leaf tensor* is one no recorded operation produced: you created it (for example a parameter). By
-# convention every tensor with `requires_grad=False` is also a leaf. After `backward()` only leaves that
-# require grad get their `.grad` filled; intermediate (non-leaf) results pass their gradient on and keep
-# nothing, which saves memory, since you almost always want the gradients of what you created.
-# (The notes say a leaf "must have `requires_grad=True`"; more precisely, that is the condition for a leaf
-# to *receive* a `.grad`.) Reading `.grad` of a non-leaf returns `None` and PyTorch warns about it.
-#
-# **How this notebook shows a warning.** A warning is a message, not an error: by default Python prints it once
-# to stderr and goes on, and a test run may turn it into an error or hide it. When a warning *is* the lesson, the
-# cell calls `show_warning(fn, category, text)` (from `utils/printing.py`): inside
-# `warnings.catch_warnings(record=True)` with `warnings.simplefilter("always")` it records every warning `fn()`
-# raises, whatever the filters outside, prints the expected one's category and first sentence, asserts it was
-# raised, and returns `fn()`'s result. The five lines are worth copying into your own tests.
+# convention every tensor with `requires_grad=False` is also a leaf; `requires_grad=True` is the condition for a
+# leaf to *receive* a `.grad`, not for being a leaf. After `backward()` only leaves that require grad get their
+# `.grad` filled; intermediate (non-leaf) results pass their gradient on and keep nothing, which saves memory, since
+# you almost always want the gradients of what you created. Reading `.grad` of a non-leaf returns `None`, and
+# PyTorch warns about it. **Predict first:** which of `x`, `y1`, `y2`, `loss` and a constant are leaves?
 
 # %%
 x = torch.tensor(3.0, requires_grad=True)
@@ -302,8 +377,9 @@ loss.backward()
 
 for name, t in {"x": x, "y1": y1, "y2": y2, "loss": loss, "constant": torch.ones(2)}.items():
     print(f"{name:8s} is_leaf={t.is_leaf!s:5s} requires_grad={t.requires_grad}")
-non_leaf_grads = show_warning(lambda: (y1.grad, loss.grad), UserWarning, "not a leaf Tensor")
-assert non_leaf_grads == (None, None)  # non-leaves keep no gradient
+non_leaf_grads = show_warning(lambda: (y1.grad, y2.grad, loss.grad), UserWarning, "not a leaf Tensor")
+print("y1.grad, y2.grad, loss.grad:", non_leaf_grads, "| x.grad:", fmt(x.grad))
+assert non_leaf_grads == (None, None, None)  # non-leaves keep no gradient
 assert x.grad.item() == 4.0
 assert torch.ones(2).is_leaf  # requires_grad=False: a leaf by convention
 
@@ -342,11 +418,11 @@ assert y1.retains_grad and not y1.is_leaf
 # %% [markdown]
 # ## 5. Tensor hooks: `register_hook` (钩子)
 #
-# The notes' image of a hook: a plug-in hung on the main code, adding a feature without editing that code.
-# `tensor.register_hook(fn)` calls `fn(grad)` whenever the gradient with respect to that tensor is computed.
-# For debugging it is lighter than `retain_grad()`: it lets you *look* at a gradient without storing it.
-# The hooks fire in the order the backward pass reaches the tensors; the engine runs the most recently created
-# node first, so `y2`'s hook (created after `y1`) fires first, as in the notes' output.
+# A hook is a plug-in (插件): a function you hang on running code to add a feature, such as a log or a check,
+# without editing that code. `tensor.register_hook(fn)` calls `fn(grad)` whenever the gradient with respect to that
+# tensor is computed. For debugging it is lighter than `retain_grad()`: it lets you *look* at a gradient without
+# storing it. The hooks fire in the order the backward pass reaches the tensors, and the engine runs the most
+# recently created node first. **Predict first:** which of the two hooks below fires first?
 
 # %%
 x = torch.tensor(3.0, requires_grad=True)
@@ -360,7 +436,7 @@ h2 = y2.register_hook(lambda grad: log.append(("y2", grad.item())))
 loss.backward()
 for name, g in log:
     print(f"{name} grad: {g:.1f}")
-assert log == [("y2", 4.0), ("y1", -4.0)]
+assert log == [("y2", 4.0), ("y1", -4.0)]  # y2 was created after y1, so its node runs first
 h1.remove()
 h2.remove()  # a handle removes its hook; forgotten hooks keep firing on every later backward
 
@@ -424,22 +500,23 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 # %% [markdown]
 # Three ways to **stop** recording, and one that does not:
 #
-# - `t.detach()` returns a tensor that shares `t`'s storage (the notes stress this) but is cut from the graph:
-#   `requires_grad=False`, no `grad_fn`. Writing into one changes the other. For an independent copy use
-#   `t.detach().clone()` (or the notes' `t.clone().detach()`).
+# - `t.detach()` returns a tensor that shares `t`'s storage but is cut from the graph: `requires_grad=False`, no
+#   `grad_fn`. Writing into one changes the other. For an independent copy use `t.detach().clone()`
+#   (`t.clone().detach()` gives the same tensor, after recording a clone for nothing). Only the numbers are shared:
+#   changing the detached tensor's *shape* in place (`t_()`, `resize_()`, `set_()`) leaves `t` as it was.
 # - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
 # - `with torch.inference_mode():` goes further: in **inference mode** (推理模式) every tensor made inside is an
-#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器; section 8)).
-#   Later, outside the block, an inference tensor may still be an input of a recorded operation whose backward does not
-#   need to keep it (`t + p`: the gradient of a sum does not depend on `t`); an operation that must **save** it for
-#   backward (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is recorded, not later at
-#   `backward()`. Clone it (`t.clone()`) to get a normal tensor, as the error message says.
-# - `model.eval()` is **not** one of them (the notes warn about it): it switches dropout/batch norm to evaluation
+#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器),
+#   section 8). Later, outside the block, an inference tensor may still be an input of a recorded operation whose
+#   backward does not need to keep it (`t + p`: the gradient of a sum does not depend on `t`); an operation that must
+#   **save** it for backward (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is
+#   recorded, not later at `backward()`. Clone it (`t.clone()`) to get a normal tensor, as the error message says.
+# - `model.eval()` is **not** one of them: it switches layers such as dropout and batch norm to their evaluation
 #   behaviour, but the graph is still recorded.
 #
-# (And not `.data`, which the notes use for printing: notebook 02 showed that edits made through `.data` are
-# invisible to autograd and silently give wrong gradients. Use `.detach()`, or `.item()` for a number.)
+# And not `.data`, which older code uses to print or to update weights: notebook 02 showed that edits made through
+# `.data` are invisible to autograd and silently give wrong gradients. Use `.detach()`, or `.item()` for a number.
 
 # %%
 p = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -458,6 +535,12 @@ assert d.data_ptr() == q.data_ptr()
 d[0] = 100.0  # writes into q's storage too
 print("q after writing d[0] = 100:", fmt(q.detach()), "| the clone kept", fmt(dc))
 assert q[0].item() == 100.0 and dc[0].item() == 2.0 and dc.data_ptr() != q.data_ptr()
+
+m = torch.ones(2, 3, requires_grad=True)
+m_detached = m.detach()
+m_detached.t_()  # an in-place transpose changes the detached tensor's shape only
+print("after m.detach().t_(): m", tuple(m.shape), "| the detached tensor", tuple(m_detached.shape))
+assert m.shape == (2, 3) and m_detached.shape == (3, 2) and m_detached.data_ptr() == m.data_ptr()
 
 with torch.no_grad():
     r = p * 2
@@ -494,7 +577,10 @@ print("t.clone() * p: backward ran, p.grad =", fmt(p.grad))
 assert torch.equal(p.grad, t)
 
 # %% [markdown]
-# And `eval()`, which records the graph as usual: only `no_grad` turns recording off.
+# And `eval()`, which records the graph as usual: only `no_grad` turns recording off. The model below is an
+# `nn.Sequential` (notebook 02) of a linear layer and `nn.Dropout(0.5)`, a layer that, while training, zeroes each
+# value with probability 0.5 and doubles the others, and lets everything through unchanged after `.eval()`
+# (notebook 04 trains with it). `.to(device)` moves the model's parameters to the device.
 
 # %%
 dropout_model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).to(device).eval()
@@ -507,13 +593,13 @@ assert dropout_model(inp).requires_grad
 # %% [markdown]
 # ## 7. `backward(gradient)` and splitting a backward pass in two
 #
-# A reminder from notebook 02: for a non-scalar output `y`, `y.backward(gradient=v)` (with `v` shaped like `y`) computes
-# the **vector-Jacobian product** (向量-雅可比积) $v^\top J$, the gradient of $\sum_i v_i y_i$. The notes' references on
-# "backward() 详解" are about this parameter, under its PyTorch 0.x name: `grad_variables`, the keyword of
-# `torch.autograd.backward(variables, grad_variables, ...)` up to version 0.3, when tensors that needed gradients were
-# wrapped in `Variable` objects. Version 0.4 merged `Variable` into `Tensor` and renamed the keyword `grad_tensors`;
-# 2.14 still accepts `grad_variables` as a deprecated alias and emits a `FutureWarning`, printed below. Today:
-# `y.backward(gradient=v)` or `torch.autograd.backward(y, grad_tensors=v)`, which give the same `.grad` (asserted).
+# A reminder from notebook 02: for a non-scalar output `y`, `y.backward(gradient=v)` (with `v` shaped like `y`)
+# computes the **vector-Jacobian product** (向量-雅可比积) $v^\top J$, the gradient of $\sum_i v_i y_i$. Older texts
+# call this argument `grad_variables`: the keyword of `torch.autograd.backward(variables, grad_variables, ...)` up to
+# PyTorch 0.3, when tensors that needed gradients were wrapped in `Variable` objects. Version 0.4 merged `Variable`
+# into `Tensor` and renamed the keyword `grad_tensors`; 2.14 still accepts `grad_variables` as a deprecated alias and
+# emits a `FutureWarning`, printed below. Today: `y.backward(gradient=v)` or
+# `torch.autograd.backward(y, grad_tensors=v)`, which give the same `.grad` (asserted).
 
 # %%
 x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -532,11 +618,12 @@ show_warning(lambda: torch.autograd.backward(x**2, grad_variables=v), FutureWarn
 assert torch.allclose(x.grad, v * 2 * x.detach())  # the old name still works, for now
 
 # %% [markdown]
-# That is all it takes to **split one backward pass in two** (the notes' `step1/step2` example). Cut the graph
-# between two stages with `y.detach().requires_grad_()`: the second stage starts from a fresh leaf `y1`. Back-propagate
-# the second stage first; `y1.grad` is then exactly the gradient that must enter the first stage, so
-# `y.backward(y1.grad)` finishes the job. The result equals one end-to-end backward. This is what pipeline-parallel
-# training does when its stages live on different devices or processes.
+# That is all it takes to **split one backward pass in two**. Cut the graph between two stages with
+# `y.detach().requires_grad_()`: the second stage starts from a fresh leaf `y1` (`y.clone().detach()` works too, but
+# copies the data for nothing, since nobody writes into `y1`). Back-propagate the second stage first; `y1.grad` is
+# then exactly the gradient that must enter the first stage, so `y.backward(y1.grad)` finishes the job. The result
+# equals one end-to-end backward. This is what pipeline-parallel training does when its stages live on different
+# devices or processes.
 
 # %%
 w = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -564,7 +651,8 @@ print("end to end:", fmt(end_to_end), "| in two steps:", fmt(w.grad))
 assert torch.equal(w.grad, end_to_end) and torch.equal(w.grad, x)
 
 # %% [markdown]
-# The same with real layers: a linear layer + `tanh` as stage 1, a mean-squared-error loss as stage 2, and a
+# The same with real layers: a linear layer + `tanh` as stage 1, a mean-squared-error loss as stage 2
+# (`F.mse_loss(a, b)`, the mean of the squared differences: the function form of notebook 02's `nn.MSELoss`), and a
 # non-scalar cut `y` (a batch of 4×3 activations), so `y1.grad` is a full tensor, not just 1.
 
 # %%
@@ -588,6 +676,8 @@ assert max(gaps) <= 1e-6  # the same computation, split in two
 # %% [markdown]
 # ## 8. In-place operations that break autograd (原地操作)
 #
+# ### 8.1 The version counter
+#
 # An **in-place operation** (原地操作: `x.add_(1)`, `x[0] = ...`, `inplace=True`) overwrites a tensor's memory. Autograd
 # allows it only when no backward function still needs the old value. It keeps a *version counter* on every tensor
 # (`t._version`, bumped by each in-place write); each saved tensor remembers the version it was saved at, and `backward`
@@ -610,12 +700,14 @@ s.mul_(2)
 print("version of s after s.mul_(2):", s._version)
 err = expect_error(lambda: s.sum().backward())
 assert "modified by an inplace operation" in str(err) and "is at version 1; expected version 0" in str(err)
+print("the message ends:", str(err).split("Hint: ")[1])
 
 # %% [markdown]
-# The notes recommend `inplace=True` for ReLU to save memory, with the right condition: it is safe when the
-# overwritten tensor is not needed for backward. ReLU's derivative can be read from its *output*
-# (`output > 0`), and a linear layer saves its *inputs*, not its output, so Linear → ReLU(inplace) is safe and gives
-# the same gradients. Sigmoid saves its output, so Sigmoid → ReLU(inplace) destroys what sigmoid needs.
+# A common memory tip is to make every ReLU in place (`nn.ReLU(inplace=True)`, or `F.relu(x, inplace=True)`): it
+# saves one activation-sized tensor per ReLU, and it is safe exactly when the overwritten tensor is not needed for
+# backward. ReLU's derivative can be read from its *output* (`output > 0`), and a linear layer saves its *inputs*,
+# not its output, so Linear → ReLU(inplace) is safe and gives the same gradients. Sigmoid saves its output, so
+# Sigmoid → ReLU(inplace) destroys what sigmoid needs. (Section 9.4 shows one more place where in-place ReLUs fail.)
 
 # %%
 seed_everything(0)
@@ -633,10 +725,142 @@ assert gap <= 1e-6
 err = expect_error(lambda: F.relu(torch.sigmoid(lin(xb)), inplace=True).sum().backward())
 
 # %% [markdown]
+# ### 8.2 Which operation? `torch.autograd.detect_anomaly` (异常检测)
+#
+# The errors above name a backward node, `SigmoidBackward0`, not a line of your code: in a model with hundreds of
+# operations that does not tell you *which* sigmoid. The hint at the end of the message names the tool, **anomaly
+# detection** (异常检测). Inside `with torch.autograd.detect_anomaly():` (or after
+# `torch.autograd.set_detect_anomaly(True)`), autograd does two extra things:
+#
+# 1. at every recorded operation it stores the Python **traceback** of the forward call; when a backward node fails,
+#    it prints that traceback as a warning (*"Error detected in SigmoidBackward0. Traceback of forward call that
+#    caused the error"*), so you see the line of *forward* code that created the failing node;
+# 2. it checks every gradient a backward node returns for NaN and raises at the first one (*"Function
+#    'SqrtBackward0' returned nan values in its 0th output"*), so a NaN is caught where it is born, not many layers
+#    later in `.grad`.
+#
+# `anomaly_report` below runs a backward pass under anomaly detection and returns the error, the warning's first
+# line and the last line of code in its traceback (the frames above it belong to Jupyter).
+
+
+# %%
+def anomaly_report(fn):
+    """Run fn() under detect_anomaly: return (the error, the report's first line, the forward line it names)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autograd.detect_anomaly():
+            err = expect_error(fn)
+    report = next(str(warning.message) for warning in caught if "Error detected in" in str(warning.message))
+    code_lines = [line.strip() for line in report.splitlines() if line.startswith("    ")]
+    return err, report.splitlines()[0], code_lines[-1]
+
+
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+
+
+def forward_with_inplace_bug(w):
+    s = w.sigmoid()
+    s.mul_(2)  # overwrites what SigmoidBackward0 saved
+    return s.sum()
+
+
+err, first, line = anomaly_report(lambda: forward_with_inplace_bug(w).backward())
+print(first)
+print("    " + line)
+assert first == "Error detected in SigmoidBackward0. Traceback of forward call that caused the error:"
+assert line == "s = w.sigmoid()"
+
+# %% [markdown]
+# The second use is NaN. A classic case: `torch.where(x > 0, torch.sqrt(x), 0)` looks safe, and its forward result
+# is finite everywhere, yet its gradient is NaN at every negative `x`. Backward does not skip the branch that `where`
+# did not pick: `WhereBackward0` sends a gradient of 0 to `sqrt`'s output there, and `SqrtBackward0` multiplies it by
+# $1/(2\sqrt{x})$, which is NaN for $x < 0$; $0 \cdot \text{NaN} = \text{NaN}$. Anomaly detection stops at
+# `SqrtBackward0` and names the forward line. The fix: never compute `sqrt` where it is not finite, by feeding it a
+# harmless value there (a second `where`).
+
+# %%
+x = torch.tensor([4.0, -1.0], requires_grad=True)
+
+
+def guarded_sqrt(x):
+    return torch.where(x > 0, torch.sqrt(x), 0.0)  # finite output, NaN gradient at x < 0
+
+
+guarded_sqrt(x).sum().backward()
+print("output:", fmt(guarded_sqrt(x)), "| gradient:", fmt(x.grad))
+assert torch.isfinite(guarded_sqrt(x)).all() and torch.isnan(x.grad[1])
+
+x.grad = None
+err, first, line = anomaly_report(lambda: guarded_sqrt(x).sum().backward())
+print(first)
+print("    " + line)
+assert "returned nan values in its 0th output" in str(err) and "SqrtBackward0" in first
+
+
+def fixed_sqrt(x):
+    return torch.where(x > 0, torch.sqrt(torch.where(x > 0, x, 1.0)), 0.0)  # sqrt only sees positive values
+
+
+x.grad = None
+fixed_sqrt(x).sum().backward()
+print("fixed: output", fmt(fixed_sqrt(x)), "| gradient:", fmt(x.grad))
+assert torch.equal(x.grad, torch.tensor([0.25, 0.0]))
+
+# %% [markdown]
+# **The cost.** Anomaly detection is for debugging only, and PyTorch says so with a warning each time you turn it on.
+# Every recorded node stores a Python traceback (below: the node's `metadata`, the dictionary where anomaly mode
+# keeps it), which costs far more than a small operation itself, and every backward node's output is scanned for
+# NaN, which on a GPU also makes the CPU wait for the GPU at every node. `detect_anomaly(check_nan=False)` keeps the
+# tracebacks and skips the scan, which is all an in-place error needs (the error's own hint suggests it). The timing
+# below (ten forward and backward passes of a small **multi-layer perceptron** (多层感知机), or MLP: two linear
+# layers with a `tanh` between them; the best of five tries) varies with the machine, so its printed numbers are not
+# compared. For a model this small the slowdown is dozens of times on a CPU and about 3 times on a large GPU, where
+# each step already spends most of its time launching GPU work; it is asserted to be at least 1.5 times.
+
+# %%
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with torch.autograd.detect_anomaly():
+        traced = (w * 2).sin()
+enabled = next(warning for warning in caught if "Anomaly Detection" in str(warning.message))
+print(f"{enabled.category.__name__}: {enabled.message}")
+frames = traced.grad_fn.metadata["traceback_"]  # one string per frame of the forward call's stack
+print("SinBackward0 keeps the forward traceback; its last frame's code:", frames[-1].strip().splitlines()[-1].strip())
+assert "increase the runtime" in str(enabled.message) and frames[-1].strip().endswith("traced = (w * 2).sin()")
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def ten_steps(model, xs):
+    start = time.perf_counter()
+    for _ in range(10):
+        model.zero_grad()
+        F.mse_loss(model(xs), torch.zeros(len(xs), 1, device=xs.device)).backward()
+    return time.perf_counter() - start
+
+
+seed_everything(0)
+small = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)).to(device)
+xs = torch.randn(8, 16, device=device)
+plain, anomaly = [], []
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the "Anomaly Detection has been enabled" warning, shown above
+    for _ in range(5):
+        plain.append(ten_steps(small, xs))
+        with torch.autograd.detect_anomaly():
+            anomaly.append(ten_steps(small, xs))
+print(f"ten steps: {min(plain) * 1e3:.1f} ms plain, {min(anomaly) * 1e3:.1f} ms under detect_anomaly")
+print(f"anomaly detection made them {min(anomaly) / min(plain):.0f} times slower")
+assert min(anomaly) > 1.5 * min(plain)
+
+# %% [markdown]
 # ## 9. Module hooks and how `nn.Module.__call__` runs them
 #
-# `model(x)` does not call `forward` directly: it calls `nn.Module.__call__`, which runs hooks around `forward`.
-# The notes quote the PyTorch 1.6 source; today's `_call_impl` keeps the same order:
+# A **module** (模块) is an object of a class derived from `nn.Module`: its `__init__` creates the layers it uses
+# (after calling `super().__init__()`), and its `forward` method computes the output. `nn.Linear` and
+# `nn.Sequential` are modules; notebook 10 teaches how modules are built. For hooks, one fact matters: `model(x)`
+# does not call `forward` directly. It calls `nn.Module.__call__`, which runs hooks around `forward`, in an order
+# that has stayed the same since PyTorch 1.x:
 #
 # 1. global forward pre-hooks, then the module's forward pre-hooks, `hook(module, args)`; a hook that returns
 #    something replaces the arguments;
@@ -645,12 +869,18 @@ err = expect_error(lambda: F.relu(torch.sigmoid(lin(xb)), inplace=True).sum().ba
 #    something replaces the output;
 # 4. if backward hooks exist, the inputs and outputs are wrapped so the hooks fire during `backward`.
 #
-# So calling `model.forward(x)` yourself **skips every hook**. Global hooks (registered with
+# ### 9.1 Forward hooks, on one module and on all of them
+#
+# Calling `model.forward(x)` yourself **skips every hook**. Global hooks (registered with
 # `torch.nn.modules.module.register_module_forward_pre_hook` / `register_module_forward_hook`) fire for *every*
 # module in the program: always keep the handle and remove it, here in the same cell, in a `finally`.
 
 # %%
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+    register_module_full_backward_hook,
+)
 
 
 class Doubler(nn.Module):
@@ -701,10 +931,80 @@ print("hooks removed:", fmt(m(torch.tensor([1.0, 2.0]))))
 assert torch.equal(m(torch.tensor([1.0, 2.0])), torch.tensor([2.0, 4.0]))
 
 # %% [markdown]
-# **Backward hooks.** `register_full_backward_hook(hook)` calls `hook(module, grad_input, grad_output)` during
-# `backward`: `grad_output` holds the gradients with respect to the module's outputs, `grad_input` those with respect
-# to its **inputs** (not its parameters; use tensor hooks on parameters for those, section 10). For a linear layer
-# $y = xW^\top + b$, `grad_input = grad_output @ W`. Returning a tuple replaces `grad_input`.
+# ### 9.2 Hooks see modules, not functions
+#
+# A layer module is a thin wrapper around a function of `torch.nn.functional`: `nn.ReLU`'s whole `forward` is one
+# call of `F.relu` (its source is printed below). The function computes the same thing, but a module hook fires only
+# when a **module** is called. A model that calls `F.relu` inside its `forward` therefore has no ReLU for any hook to
+# see, while the same model written with `nn.ReLU()` layers has one.
+
+# %%
+print(inspect.getsource(nn.ReLU.forward))
+
+
+class FunctionalMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(2, 3)
+        self.fc2 = nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))  # F.relu: a function call, not a module
+
+
+called = []
+handle = register_module_forward_hook(lambda mod, args, out: called.append(type(mod).__name__))
+try:
+    FunctionalMLP().to(device)(torch.ones(4, 2, device=device))
+    print("modules seen, F.relu in forward: ", called)
+    assert called == ["Linear", "Linear", "FunctionalMLP"]
+    called.clear()
+    nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)).to(device)(torch.ones(4, 2, device=device))
+    print("modules seen, nn.ReLU as a layer:", called)
+    assert called == ["Linear", "ReLU", "Linear", "Sequential"]
+finally:
+    handle.remove()
+
+# %% [markdown]
+# **A module called twice** shares its parameters between the two calls: nothing is copied, the graph simply uses
+# the same weight tensor twice. Its forward hooks fire once per call, and the weight's gradient is the sum over both
+# uses, added in the input buffer of its one `AccumulateGrad` node (section 2), so a tensor hook on the weight fires
+# once. Below, the same linear layer is applied twice, with a `tanh` between; to check the sum, the same computation
+# is repeated with two separate copies of the weight, using `F.linear(x, weight, bias)`, the function behind
+# `nn.Linear` ($x W^\top + b$).
+
+# %%
+seed_everything(0)
+shared = nn.Linear(2, 2).to(device)
+xb = torch.tensor([[1.0, -1.0]], device=device)
+forward_calls, weight_hook_calls = [], []
+handles = [
+    shared.register_forward_hook(lambda mod, args, out: forward_calls.append(tuple(out.shape))),
+    shared.weight.register_hook(lambda grad: weight_hook_calls.append(grad.clone())),
+]
+shared(torch.tanh(shared(xb))).sum().backward()  # the same layer, used twice
+for h in handles:
+    h.remove()
+
+w_first = shared.weight.detach().clone().requires_grad_()
+w_second = shared.weight.detach().clone().requires_grad_()
+bias = shared.bias.detach()
+F.linear(torch.tanh(F.linear(xb, w_first, bias)), w_second, bias).sum().backward()
+print(f"forward hook fired {len(forward_calls)} times, weight hook {len(weight_hook_calls)} time")
+print("shared.weight.grad:", fmt(shared.weight.grad))
+print("first use + second use:", fmt(w_first.grad + w_second.grad))
+assert len(forward_calls) == 2 and len(weight_hook_calls) == 1
+assert torch.allclose(shared.weight.grad, w_first.grad + w_second.grad, atol=1e-6)
+
+# %% [markdown]
+# ### 9.3 Backward hooks
+#
+# `register_full_backward_hook(hook)` calls `hook(module, grad_input, grad_output)` during `backward`: `grad_output`
+# holds the gradients with respect to the module's outputs, `grad_input` those with respect to its **inputs** (not
+# its parameters; use tensor hooks on parameters for those, section 10). For a linear layer $y = xW^\top + b$,
+# `grad_input = grad_output @ W`. Returning a tuple replaces `grad_input`. (A `register_full_backward_pre_hook(hook)`,
+# `hook(module, grad_output)`, fires earlier, before the module's input gradients are computed, and may replace
+# `grad_output`.)
 
 # %%
 seed_everything(0)
@@ -732,11 +1032,11 @@ print("input gradient after a hook zeroed it:", float(xb.grad.abs().sum()))
 assert torch.count_nonzero(xb.grad) == 0
 
 # %% [markdown]
-# **The old `register_backward_hook` is wrong for modules made of several operations.** The notes list `register_backward_hook` and
-# quote the 1.6 code: it hangs the hook on the `grad_fn` of the module's *output*, i.e. on the **last operation**
-# inside `forward` only. For a module computing `linear(x).relu()`, its "grad_input" is the gradient entering
-# the ReLU (shape 3×2), not the gradient of the module's input (3×4). PyTorch now emits a `FutureWarning` when
-# that happens (asserted below) and says to use `register_full_backward_hook`, which gets it right.
+# **The old `register_backward_hook` is wrong for modules made of several operations.** Older code still uses it. It
+# hangs the hook on the `grad_fn` of the module's *output*, i.e. on the **last operation** inside `forward` only. For
+# a module computing `linear(x).relu()`, its "grad_input" is the gradient entering the ReLU (shape 3×2), not the
+# gradient of the module's input (3×4). PyTorch now emits a `FutureWarning` when that happens (asserted below) and
+# says to use `register_full_backward_hook`, which gets it right.
 
 
 # %%
@@ -761,10 +1061,83 @@ print("input shape:", tuple(xb.shape), "| grad_input shapes seen:", shapes)
 assert shapes == {"full hook": (3, 4), "old hook": (3, 2)}
 
 # %% [markdown]
+# Backward hooks have a global version too: `register_module_full_backward_hook(hook)` fires for every module of the
+# program, in the order the backward pass reaches them, from the last layer to the first; a container such as
+# `nn.Sequential` comes last, when the gradient of its own input is ready. (The old global
+# `register_module_backward_hook` has the same flaw as `register_backward_hook`.)
+
+# %%
+seed_everything(0)
+net = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)).to(device)
+xb = torch.randn(4, 2, device=device, requires_grad=True)
+reached = []
+handle = register_module_full_backward_hook(lambda mod, gin, gout: reached.append(type(mod).__name__))
+try:
+    net(xb).sum().backward()
+finally:
+    handle.remove()
+print("backward reached:", reached)
+assert reached == ["Linear", "Tanh", "Linear", "Sequential"]
+
+# %% [markdown]
+# ### 9.4 Full backward hooks and in-place layers
+#
+# Section 8 recommended in-place ReLUs where backward allows them, and this section recommends full backward hooks.
+# Together they fail. To call the hook with the gradients of a module's inputs and outputs, `__call__` passes them
+# through an identity Function, `BackwardHookFunction`, which returns each tensor as it is, that is, as a *view*
+# created inside a custom Function. Autograd forbids writing into such a view in place (its own backward would
+# replace the Function's). So an in-place layer that writes into the **input or output of a module with a full
+# backward hook** raises, already in the **forward** pass: below, `ReLU(inplace=True)` right after the hooked linear
+# layer. The same happens in exercise 3's setting if the model has in-place ReLUs, and with a *global* full backward
+# hook every module is wrapped, so every in-place ReLU fails.
+
+# %%
+seed_everything(0)
+hooked, head = nn.Linear(3, 5).to(device), nn.Linear(5, 1).to(device)
+with_inplace = nn.Sequential(hooked, nn.ReLU(inplace=True), head)
+xb = torch.randn(4, 3, device=device, requires_grad=True)
+grads = {}
+handle = hooked.register_full_backward_hook(lambda mod, gin, gout: grads.__setitem__("full hook", gout[0].clone()))
+err = expect_error(lambda: with_inplace(xb))  # fails in the forward pass, at the in-place ReLU
+assert str(err).startswith("Output 0 of BackwardHookFunction") and "is a view and is being modified inplace" in str(err)
+
+without_inplace = nn.Sequential(hooked, nn.ReLU(), head)  # fix 1: the same layers, ReLU not in place
+without_inplace(xb).sum().backward()
+handle.remove()
+print("fix 1, ReLU(inplace=False): the full hook saw grad_output of shape", tuple(grads["full hook"].shape))
+
+# %% [markdown]
+# The second fix keeps the in-place ReLU and drops the full backward hook. What the full hook's `grad_output` holds
+# is the gradient with respect to the layer's output, so a **forward hook** that registers a **tensor hook** on that
+# output gets the same gradient, and wraps nothing. A tensor hook registered before an in-place write sees the
+# gradient with respect to the value before the write: here, the layer's output before the ReLU overwrote it, the
+# same tensor the full hook saw (asserted). Write the forward hook as a `def` that returns nothing: a `lambda` would
+# return the handle that `register_hook` returns, and a forward hook that returns something replaces the module's
+# output (section 9.1), so the next layer would receive a handle instead of a tensor.
+
+
+# %%
+def hook_the_output(module, args, output):
+    output.register_hook(lambda grad: grads.__setitem__("tensor hook", grad.clone()))
+
+
+handle = hooked.register_forward_hook(hook_the_output)
+with_inplace(xb).sum().backward()  # in-place ReLU and a working gradient hook
+handle.remove()
+print("fix 2, a tensor hook on the output: grad_output of shape", tuple(grads["tensor hook"].shape))
+assert torch.equal(grads["tensor hook"], grads["full hook"])
+
+# %% [markdown]
 # ## 10. Practical uses of hooks
 #
 # **Printing shapes layer by layer.** One forward hook on every leaf module prints what goes in and out: the
 # quickest way to find where a shape goes wrong in a model you did not write. The hooks are removed afterwards.
+#
+# The model is a small **convolutional network** (卷积神经网络) for 28×28 grey images, which notebook 04 teaches and
+# trains. Here you need only what each layer computes: `nn.Conv2d(1, 8, 3, padding=1)` slides 8 learned 3×3 filters
+# over the image and outputs one **feature map** (特征图) per filter, each pixel a weighted sum of the 3×3
+# neighbourhood around it (the padding keeps the size); `nn.MaxPool2d(2)` keeps the largest value of each 2×2 block,
+# halving height and width; `nn.Flatten()` turns each image's maps into one vector for the final `nn.Linear`.
 
 # %%
 seed_everything(0)
@@ -837,10 +1210,12 @@ plt.show()
 # %% [markdown]
 # **Gradient-norm monitoring.** A tensor hook on each parameter sees that parameter's gradient on every backward
 # pass, so it can log gradient norms per layer while training with no change to the training loop: this is how
-# tools that watch for vanishing or exploding gradients work. We train the same small regression MLP twice, with a
-# reasonable learning rate (0.1) and with one too large (0.5), and let the hooks log. Each step also checks that the
-# hooks' norms give the same total norm that `torch.nn.utils.get_total_norm` computes from the `.grad`s (the number
-# `clip_grad_norm_` clips against).
+# tools that watch for vanishing or exploding gradients work. We train a small MLP (like the one of section 8.2) on
+# a regression task twice, with notebook 02's SGD optimizer: once with a reasonable learning rate (0.1), once with
+# one too large (0.5), and let the hooks log. Each step also checks that the hooks' norms give the same total norm
+# that `torch.nn.utils.get_total_norm` computes from the `.grad`s: the norm of all gradients taken as one long
+# vector, the number that `torch.nn.utils.clip_grad_norm_` clips against when it rescales gradients that grew too
+# large.
 
 
 # %%
@@ -902,15 +1277,16 @@ plt.show()
 # %% [markdown]
 # ## 11. The model graph in TensorBoard
 #
-# The notes export a model's graph with `SummaryWriter.add_graph`. That method runs the model once under
-# `torch.jit.trace` and logs the traced **forward** graph (which operations, in which modules). In PyTorch 2.14
-# `torch.jit.trace` is deprecated in favour of `torch.compile`/`torch.export`, so `add_graph` emits
-# `FutureWarning`s; the cell prints the first one (and asserts it) rather than hiding it. (Note that this is not the
-# autograd graph of `grad_fn` nodes: that one exists only after a forward pass with gradients, and is drawn in
-# section 12.)
+# **TensorBoard** is a viewer for training logs: a `SummaryWriter` writes *event files* into a folder, and the
+# TensorBoard server shows them in the browser (notebook 04 logs training curves with it). `SummaryWriter.add_graph`
+# logs a model's **forward** graph: it runs the model once under `torch.jit.trace` and records which operations ran,
+# in which modules. `torch.jit.trace` is deprecated in PyTorch 2.14 in favour of `torch.compile`/`torch.export`, so
+# `add_graph` emits `FutureWarning`s; the cell prints the first one (and asserts it) rather than hiding it. This is
+# not the autograd graph of `grad_fn` nodes, which exists only after a forward pass with gradients and is drawn in
+# section 12.
 #
 # We write into `runs/03_dynamic_graphs_and_hooks/graph` and read the event file back with TensorBoard's own reader
-# to prove it holds a graph.
+# (and the course's `read_events`, a short wrapper around it) to prove it holds a graph.
 
 # %%
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -921,7 +1297,7 @@ from utils.tb import read_events
 
 class Net(nn.Module):
     def __init__(self):
-        super().__init__()  # the notes' super(Net, self).__init__() is the Python 2 spelling
+        super().__init__()  # older code writes super(Net, self).__init__(), the Python 2 spelling
         self.w = nn.Parameter(torch.randn(2, 1))
         self.b = nn.Parameter(torch.zeros(1, 1))
 
@@ -955,7 +1331,7 @@ assert {"aten::matmul", "aten::add"} <= set(ops)
 # %tensorboard --logdir ../runs/03_dynamic_graphs_and_hooks
 # ```
 #
-# (The notes' `from tensorboard import notebook; notebook.start("--logdir ...")` does the same; from a terminal,
+# (`from tensorboard import notebook; notebook.start("--logdir ...")` does the same from Python; from a terminal,
 # `tensorboard --logdir runs/03_dynamic_graphs_and_hooks`.)
 
 # %% [markdown]
@@ -1063,8 +1439,9 @@ ex = Checker("03")
 # %% [markdown]
 # ### Exercise 1 · Which tensors are leaves, which keep a `.grad`?
 #
-# The notes ask two questions: what is a leaf tensor (什么是叶子节点张量呢？), and why are `loss.grad`, `y1.grad` and
-# `y2.grad` `None` after `backward()` (这是为什么呢？). Answer them for this code, on paper first (sections 4 and 6):
+# Two questions every learner of autograd meets: what is a leaf tensor (什么是叶子节点张量呢？), and why are
+# `loss.grad`, `y1.grad` and `y2.grad` `None` after `backward()` (这是为什么呢？). Answer them for this code, on paper
+# first (sections 4 and 6):
 #
 # ```python
 # w = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -1113,7 +1490,7 @@ ex.check(2, scale_grad)
 #
 # Differentially private training (DP-SGD) and some data-cleaning tools need the gradient of every *sample*, not
 # only the batch's sum. For an `nn.Linear` layer hooks give them cheaply. The layer computes
-# `out = inp @ weight.T + bias`, so (notebook 02, section 6's `LinearFunction`)
+# `out = inp @ weight.T + bias`, so (as in notebook 02's `LinearFunction`)
 # `weight.grad = grad_out.T @ inp` $= \sum_i$ `outer(grad_out[i], inp[i])`: sample `i` contributes
 # `outer(grad_out[i], inp[i])`, a matrix shaped like `weight`, where `inp` is what entered the layer and
 # `grad_out` the gradient of the loss with respect to the layer's output.
@@ -1121,7 +1498,7 @@ ex.check(2, scale_grad)
 # Write `per_sample_grads(model, layer, x, loss_fn)`: `layer` is an `nn.Linear` somewhere inside `model`. Register
 # a forward hook that keeps the layer's input and a full backward hook that keeps `grad_output` (section 9), run
 # `loss_fn(model(x)).backward()`, remove the hooks, and return the contributions of the `N` samples of `x`, shape
-# `(N, out_features, in_features)`, computed without a loop by broadcasting (notebook 01, section 7). They add up
+# `(N, out_features, in_features)`, computed without a loop by broadcasting (notebook 01). They add up
 # to `layer.weight.grad`.
 
 
@@ -1137,26 +1514,68 @@ ex.check(3, per_sample_grads)
 # %% [markdown]
 # ## Summary
 #
-# - The forward pass runs eagerly and records a graph on the fly; Python `if`/`while` decide what is recorded.
-# - `backward()` and `torch.autograd.grad` free the saved tensors; a second pass needs `retain_graph=True`, and
-#   gradients add up in `.grad` until you zero them.
+# - The forward pass runs eagerly and records a graph on the fly, a new one on every call; Python `if`/`while`
+#   decide what is recorded. Static-graph frameworks built the graph once and optimised it as a whole;
+#   `torch.compile` brings that to eager PyTorch code.
 # - The recorded graph is made of backward nodes, not tensors: each result's `grad_fn` links to its inputs' nodes
-#   through `next_functions`, down to one `AccumulateGrad` per leaf (its `.variable` is the leaf). The notes'
-#   `w1`/`w2`/`w3` example prints gradients 28, 8 and 10.
-# - Only leaves that require grad keep `.grad`; `retain_grad()` keeps an intermediate one; `.double()`/`.to()` after
-#   creation makes a non-leaf.
+#   through `next_functions`, down to one `AccumulateGrad` per leaf (its `.variable` is the leaf). The three-weight
+#   example gives gradients 28, 8 and 10.
 # - Gradients reaching a tensor along several paths are summed in the engine's input buffer; its hooks and
 #   `AccumulateGrad` run once with the sum. `.grad` accumulates across `backward()` calls.
-# - `tensor.register_hook` observes or replaces this pass's gradient; `register_post_accumulate_grad_hook` sees
-#   the accumulated `.grad`. Always keep the handle and remove it.
-# - `detach()` shares storage, `no_grad` records nothing, `inference_mode` makes tensors that no backward may save
-#   (`t + p` works, `t * p` is refused when recorded), `eval()` stops nothing; avoid `.data`, its changes are
-#   invisible to autograd.
+# - `backward()` and `torch.autograd.grad` free the saved tensors; a second pass needs `retain_graph=True`, and
+#   gradients add up in `.grad` until you zero them. `saved_tensors_hooks(pack, unpack)` shows, or replaces, what is
+#   saved.
+# - Only leaves that require grad keep `.grad`; `retain_grad()` keeps an intermediate one; `.double()`/`.to()` after
+#   creation makes a non-leaf.
+# - `detach()` shares storage (not shape changes), `no_grad` records nothing, `inference_mode` makes tensors that no
+#   backward may save (`t + p` works, `t * p` is refused when recorded), `eval()` stops nothing; avoid `.data`, its
+#   changes are invisible to autograd.
 # - `y.backward(v)` (or `torch.autograd.backward(y, grad_tensors=v)`; `grad_variables` is the deprecated 0.x name)
 #   computes $v^\top J$, which lets a backward pass be split at `y.detach().requires_grad_()`.
 # - In-place writes are checked with version counters: refused on leaves that require grad and on saved values.
-# - `nn.Module.__call__` runs global and module pre-hooks, `forward`, then forward hooks; use
-#   `register_full_backward_hook` (not the old `register_backward_hook`). Hooks print shapes, capture activations
-#   and monitor gradient norms without touching the model's code.
+#   `torch.autograd.detect_anomaly()` names the forward line behind a failing backward node and stops at the first
+#   NaN gradient, at a large cost: for debugging only.
+# - `nn.Module.__call__` runs global and module pre-hooks, `forward`, then forward hooks; `model.forward(x)` skips
+#   them, and a function such as `F.relu` has no hooks at all. A module called twice fires its hooks twice and sums
+#   its parameters' gradients. Use `register_full_backward_hook` (not the old `register_backward_hook`), but not on a
+#   module whose input or output an in-place layer overwrites: use a tensor hook on the output there.
+# - Hooks print shapes, capture activations and monitor gradient norms without touching the model's code.
 # - `SummaryWriter.add_graph` logs the traced forward graph (through the deprecated `torch.jit.trace`); the autograd
 #   graph itself can be walked and drawn from `grad_fn`.
+#
+# **Which hook for what.** Every hook returns a handle: call `handle.remove()` when you are done.
+#
+# | you want to … | register | the hook is called as | and fires |
+# |---|---|---|---|
+# | see or change the gradient with respect to a tensor | `t.register_hook(fn)` | `fn(grad)`, returns a new gradient or `None` | when that gradient is computed (for a leaf, before `.grad` is updated) |
+# | act on a parameter's accumulated `.grad` | `p.register_post_accumulate_grad_hook(fn)` | `fn(param)` | after `AccumulateGrad` updated `param.grad` |
+# | see the gradients entering a graph node | `node.register_prehook(fn)` | `fn(grad_outputs)` | before the node runs, with the summed gradient |
+# | see or replace a module's inputs | `m.register_forward_pre_hook(fn)` | `fn(module, args)`, returns new args or `None` | before `forward` |
+# | see or replace a module's output | `m.register_forward_hook(fn)` | `fn(module, args, output)`, returns a new output or `None` | after `forward` |
+# | see the gradients of a module's outputs | `m.register_full_backward_pre_hook(fn)` | `fn(module, grad_output)` | during backward, before the input gradients |
+# | see or replace the gradients of a module's inputs | `m.register_full_backward_hook(fn)` | `fn(module, grad_input, grad_output)`, returns a new `grad_input` or `None` | during backward; no in-place writes into that module's inputs or outputs |
+# | the same for every module | `register_module_forward_pre_hook`, `register_module_forward_hook`, `register_module_full_backward_hook` (in `torch.nn.modules.module`) | as above | for every module of the program |
+# | see or replace what autograd saves | `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):` | `pack(tensor)` returns what is kept, `unpack(kept)` returns the tensor | when an operation saves a tensor; when backward needs it |
+
+# %% [markdown]
+# ## For readers of the original notes (原笔记勘误)
+#
+# This lesson was built from a teacher's study notes, written in Chinese for PyTorch 1.x. If you have them, this table
+# lists what they say that no longer holds, or never quite held, and where the lesson shows today's behaviour.
+#
+# | What the notes say | What holds in PyTorch 2.14 | Where this lesson shows it |
+# |---|---|---|
+# | The graph's nodes are tensors or `Function`s, its edges the dependencies between them (动态计算图 §1). | The nodes are backward nodes (`grad_fn`, one `AccumulateGrad` per leaf); tensors hang off the graph: a result points to its node, a node keeps the tensors it saved. | §1 · The forward pass runs eagerly; §2 · `grad_fn` chains and `next_functions` |
+# | `print(loss.data)`; `print_tensor` prints `t.data`. | `.data` is a legacy back door whose in-place edits autograd cannot see; print with `.item()` or `.detach()`. | §1; §6 · `requires_grad` propagation, `detach`, `no_grad` and `inference_mode` |
+# | `x.grad` adds up the several gradients it receives, and this is the chain rule's sum (计算图与反向传播, step 3). | The engine sums the contributions of all paths in the node's input buffer and runs `AccumulateGrad` once, with the total; adding into `.grad` is accumulation *across* `backward()` calls. | §2 |
+# | `print_tensor` prints `t.grad` and `t.grad_fn` of every tensor, e.g. `<MulBackward0 object at 0x7fd7f99aa668>`. | Reading `.grad` of a non-leaf returns `None` with a `UserWarning`; the repr's address changes on every run, so print `type(t.grad_fn).__name__`. | §2; §4 · Leaf and non-leaf tensors |
+# | The graph is destroyed right after `backward()`. | The saved tensors are freed, and the next forward pass records a new graph; nodes that saved nothing (additions, sums) can even be back-propagated twice. | §3 · The graph is freed after `backward` |
+# | A leaf tensor must have `requires_grad=True`. | Every tensor with `requires_grad=False` is a leaf too; `requires_grad=True` is the condition for a leaf to receive a `.grad`. | §4 |
+# | The quoted `detach` docs: in-place size, stride or storage changes (`resize_`, `set_`, `transpose_`) of the detached tensor raise an error. | They raise nothing, and change only the detached tensor's shape; its numbers stay shared (today's docs no longer carry that note). | §6 |
+# | `backward()`'s second argument is `grad_variables`. | `grad_tensors` since PyTorch 0.4 (or `y.backward(gradient=v)`); `grad_variables` still works, with a `FutureWarning`. | §7 · `backward(gradient)` and splitting a backward pass in two |
+# | Split a backward pass with `y1 = y.clone().detach().requires_grad_(True)`. | Right, but the clone copies for nothing: `y.detach().requires_grad_()` gives the same gradients. | §7 |
+# | Make every ReLU in place (`model.apply(inplace_relu)`) to save memory. | Safe only when backward does not need the overwritten value (not after a sigmoid), and never on the input or output of a module with a full backward hook: that raises in the forward pass. | §8 · In-place operations that break autograd; §9.4 · Full backward hooks and in-place layers |
+# | `register_backward_hook` and the global `register_module_backward_hook` (PyTorch 1.6 source). | They see only the last operation of a module's `forward`, and warn (`FutureWarning`); use `register_full_backward_hook` and `register_module_full_backward_hook`. | §9.3 · Backward hooks |
+# | The global `register_module_forward_pre_hook` example registers its hook and never removes it. | A global hook fires for every module of the program until removed: keep the handle and call `handle.remove()`. | §9.1 · Forward hooks, on one module and on all of them |
+# | Static graphs are more efficient in theory (built once, Conv and ReLU fused), and PyTorch is no slower than Caffe or TensorFlow (a benchmark of that time). | Speed depends mostly on the kernels, not on the kind of graph; `torch.compile` now captures graphs from eager code and fuses operations (notebook 11). | §1 |
+# | `SummaryWriter.add_graph(net, ...)`, with `super(Net, self).__init__()`. | `add_graph` traces with the deprecated `torch.jit.trace` and warns (`FutureWarning`); `super().__init__()` is the Python 3 spelling. | §11 · The model graph in TensorBoard |

@@ -69,7 +69,7 @@ def leaves_and_grads(answer):
     if "z" in with_grad:
         hint(
             "with .grad: z is not a leaf and nobody called z.retain_grad(), so z.grad stays None (reading it "
-            "warns). This is the notes' question: why is loss.grad None?"
+            "warns). This is the question section 4 answers: why is loss.grad None?"
         )
     if "d" in with_grad:
         hint(
