@@ -29,6 +29,7 @@ Command line::
 
 from __future__ import annotations
 
+import base64
 import html
 import os
 import re
@@ -52,6 +53,9 @@ CONFIG = REPO_ROOT / "mkdocs.yml"
 STAGE = REPO_ROOT / "build" / "site-src"
 SITE = REPO_ROOT / "build" / "site"
 CSS = Path(__file__).with_name("site.css")
+JS = Path(__file__).with_name("site.js")
+LANDING_FIGURE = ("04_mnist_cnn.ipynb", "landing.png")
+"""The landing page's picture: the first figure of this lesson (a batch of MNIST digits), saved under this name."""
 MATHJAX_CONFIG = """\
 // The course's MathJax settings (tools/site.py): jupyter-server-mathjax ships the STIX-Web fonts only.
 MathJax.Hub.Config({
@@ -222,18 +226,41 @@ def glossary_page(terms: dict[str, list[Term]], titles: dict[str, str] | None = 
     )
 
 
+def first_figure(path: Path) -> bytes:
+    """The first PNG figure stored in a lesson."""
+    for cell in read_lesson(path).cells:
+        for out in cell.get("outputs", []):
+            if "image/png" in out.get("data", {}):
+                return base64.b64decode(out["data"]["image/png"])
+    raise ValueError(f"{path.name} has no figure for the landing page")
+
+
 def index_page() -> str:
     table, notes = syllabus_table()
-    count, version = len(course_lessons()), course().pytorch
+    first = course_lessons()[0]
+    count, version, repo = len(course_lessons()), course().pytorch, course().repository
+    ask = (
+        f"The course's source is at [{repo}]({repo}); ask a question or report a mistake in its "
+        f"[issues]({repo}/issues)."
+        if repo
+        else "Questions and mistakes go to whoever gave you this site (the course names no public repository yet)."
+    )
     return f"""# torch-course
 
-An executable PyTorch course: {count} Jupyter notebooks that teach PyTorch {version} from tensors to multi-process
-training, in order: each lesson builds on the ones before it. Every output and figure on these
-pages is the one stored in the notebook and re-checked by the course's tests. The prose is English, with the
-Chinese term beside each key term at its first use; the [glossary (术语表)](glossary.md) lists them all.
+**Learn what PyTorch does, not only how to call it**: {count} lessons that run on a laptop's CPU, from tensors to
+training on several processes, each ending with exercises that check your answer and tell you what to re-read.
 
-Each lesson ends with exercises that check themselves when you run them: [run the course yourself](run_locally.md)
-(two commands), or download a lesson's notebook from the top of its page.
+[Start with {first.nn} · {first.title} →]({first.ipynb}){{ .md-button .md-button--primary }}
+[Run it yourself](run_locally.md){{ .md-button }}
+
+<figure class="landing-figure" markdown>
+![A batch of handwritten digits from lesson 04](assets/{LANDING_FIGURE[1]})
+<figcaption>Lesson 04 teaches a small convolutional network to read digits like these, on a CPU.</figcaption>
+</figure>
+
+The lessons teach PyTorch {version}, in order: each builds on the ones before it. Every output and figure on these
+pages is the one stored in the notebook and re-checked by the course's tests. The prose is English, with the
+Chinese term beside each key term at its first use; the [glossary (术语表)](glossary.md) lists them all. {ask}
 
 {table}
 
@@ -351,6 +378,8 @@ def stage(dest: Path = STAGE, mathjax: bool = True) -> dict[str, list[Term]]:
     (dest / "run_locally.md").write_text(run_locally_page(readme), encoding="utf-8")
     (dest / "assets").mkdir()
     shutil.copy2(CSS, dest / "assets" / CSS.name)
+    shutil.copy2(JS, dest / "assets" / "course.js")
+    (dest / "assets" / LANDING_FIGURE[1]).write_bytes(first_figure(REPO_ROOT / "notebooks" / LANDING_FIGURE[0]))
     if mathjax:  # and the course's zip: both are files for the built site, not for the unit tests
         copy_mathjax(dest / "assets" / "mathjax")
         write_course_zip(dest / "downloads" / COURSE_ZIP)

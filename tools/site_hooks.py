@@ -73,6 +73,8 @@ def on_config(config):
     config["site_description"] = (
         f"An executable PyTorch {course().pytorch} course, from tensors to multi-process training"
     )
+    if course().repository:  # the repository's link in the header
+        config["repo_url"] = course().repository
     config["nav"] = [
         {"Home": "index.md"},
         {"Lessons": [x.ipynb for x in lessons()]},

@@ -219,3 +219,53 @@ def test_chinese_terms_are_drawn_with_a_cjk_font(site, page, name, selector):
     assert sum(f["glyphCount"] for f in chinese) >= han, (text, fonts)
     page.screenshot(path=str(OUT / f"site-{name.removesuffix('.html')}.png"))
     print(f"{name}: {text[:40]!r} drawn with {[(f['familyName'], f['glyphCount']) for f in fonts]}")
+
+
+@pytest.mark.parametrize("width", [1280, 390])  # a desktop and a phone
+def test_no_code_line_is_cut_off_and_the_page_fits(site, browser, width):
+    """Code wraps (the lessons' code is 120 columns wide, the page's column is not): no code block scrolls or clips,
+    and on a phone the page itself does not scroll sideways. Screenshots of the landing page and a lesson, in the
+    light and the dark scheme, go to runs/test-browser/."""
+    context = browser.new_context(viewport={"width": width, "height": 900 if width > 600 else 844})
+    page = context.new_page()
+    try:
+        for name in ("index.html", "04_mnist_cnn.html"):
+            page.goto(f"{site}/{name}", wait_until="load")
+            clipped = page.evaluate(
+                """() => [...document.querySelectorAll('article pre')]
+                     .filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.textContent.slice(0, 60))"""
+            )
+            assert clipped == [], f"{name} at {width} px: {len(clipped)} code blocks cut off, e.g. {clipped[:2]}"
+            overflow = page.evaluate("() => document.scrollingElement.scrollWidth")
+            assert overflow <= width, f"{name} at {width} px: the page is {overflow} px wide"
+            stem = f"site-{name.removesuffix('.html')}-{width}px"
+            page.screenshot(path=str(OUT / f"{stem}.png"))
+            page.locator("form[data-md-component=palette] label:visible").first.click()  # the dark scheme
+            assert page.evaluate("() => document.body.dataset.mdColorScheme") == "slate"
+            page.screenshot(path=str(OUT / f"{stem}-dark.png"))
+            page.locator("form[data-md-component=palette] label:visible").first.click()  # and back
+    finally:
+        context.close()
+
+
+def test_the_landing_page_starts_a_learner_on_lesson_01(site, page):
+    page.goto(f"{site}/index.html", wait_until="load")
+    start = page.locator("a.md-button--primary")
+    assert (
+        start.inner_text().startswith("Start with 01")
+        and start.get_attribute("href") == lessons()[0].with_suffix(".html").name
+    )
+    figure = page.locator("figure.landing-figure img")
+    assert figure.evaluate("i => i.decode().then(() => i.naturalWidth)") > 0
+
+
+def test_opened_from_files_the_site_says_how_to_search(browser):
+    """A browser runs no search worker for file:// pages, so Material shows no search: a note says what to do."""
+    page = browser.new_page()
+    try:
+        page.goto((SITE / "index.html").as_uri(), wait_until="load")
+        note = page.locator(".file-search-note")
+        assert note.is_visible() and "python -m http.server" in note.inner_text()
+        page.screenshot(path=str(OUT / "site-opened-from-files.png"))
+    finally:
+        page.close()
