@@ -271,10 +271,10 @@ assert torch.result_type(u8, 100) == torch.uint8 and torch.promote_types(torch.u
 
 # %% [markdown]
 # The fix is to convert *before* the arithmetic: `.float()` (usually what a model wants anyway) or a wider
-# integer type. Two related rules: `sum()` (a **reduction**, section 3) of an integer or bool tensor returns
-# `int64`, so `u8.sum()` and a mask's `sum()` count correctly, while `mean()` refuses integer tensors; and an **in-place**
-# operation (one that writes into the tensor itself, `+=` or a method ending in `_`, section 5) cannot change a
-# tensor's dtype, so adding `0.5` into an integer tensor raises instead of promoting.
+# integer type. Two related rules. `sum()` (a reduction, section 3) of an integer or bool tensor returns `int64`,
+# so `u8.sum()` and a mask's `sum()` count correctly, while `mean()` refuses integer tensors. And an **in-place
+# operation** (原地操作: one that writes into the tensor itself, such as `+=` or a method ending in `_`; section 5
+# has more) cannot change a tensor's dtype, so adding `0.5` into an integer tensor raises instead of promoting.
 
 # %%
 print(
@@ -402,8 +402,8 @@ assert x[1, -1] == 7 and x[::2, 1:3].tolist() == [[1, 2], [9, 10]] and x[x % 5 =
 # returns a **view** (视图): a new tensor on the *same memory* as the original, so writing into it writes into the
 # original (section 4 shows how a view describes its elements without copying them). An index with a list or tensor
 # of indices, or a mask, is **advanced indexing** (高级索引): it picks arbitrary elements and returns a **copy** (副本).
-# Assigning *through* advanced indexing, `x[mask] = 0`, does write into `x`: an assignment is an **in-place**
-# operation (原地操作) on `x` itself (PyTorch calls `x.index_put_`), not a read followed by a write into the copy.
+# Assigning *through* advanced indexing, `x[mask] = 0`, does write into `x`: an assignment is an in-place
+# operation on `x` itself (PyTorch calls `x.index_put_`), not a read followed by a write into the copy.
 
 # %%
 x = torch.arange(12.0).view(3, 4)
@@ -642,11 +642,10 @@ assert [np.shares_memory(t.numpy(), arr) for t in conversions.values()] == [Fals
 
 # %% [markdown]
 # **Getting a NumPy copy of a tensor that takes part in training.** A tensor made with `requires_grad=True` asks
-# PyTorch to record every operation on it, so that gradients can be computed later (notebook 02 teaches this
-# **autograd**, 自动微分). `.numpy()` refuses such a tensor. `t.detach()` returns a tensor on the same memory
-# without that recording; older code writes `t.data`, which is similar (notebook 02 shows where it differs).
-# Neither is a copy: an array made
-# with `t.detach().numpy()` or `t.data.numpy()` changes when the tensor does. To get a snapshot, copy:
+# PyTorch to record every operation on it, so that gradients can be computed later (autograd, which notebook 02
+# teaches). `.numpy()` refuses such a tensor. `t.detach()` returns a tensor on the same memory without that
+# recording; older code writes `t.data`, which is similar (notebook 02 shows where it differs). Neither is a copy:
+# an array made with `t.detach().numpy()` or `t.data.numpy()` changes when the tensor does. To get a snapshot, copy:
 # `t.detach().clone().numpy()`, or `np.array(t.detach())`. (`torch.no_grad()` in the cell lets it change `w` in
 # place without recording; notebook 02 explains it.)
 #
@@ -785,6 +784,12 @@ pil_gray = Image.fromarray(truncated.permute(1, 2, 0).squeeze(2).numpy())  # (H,
 assert truncated.flatten().tolist() == [0, 51, 127, 254, 255, 255, 0] and rounded.flatten()[2:4].tolist() == [128, 255]
 assert np.array_equal(np.asarray(TF.to_pil_image(t.clamp(0, 1))), np.asarray(pil_gray))  # to_pil_image truncates too
 print("to_pil_image(t.clamp(0, 1)) gives the byte() row:", np.asarray(TF.to_pil_image(t.clamp(0, 1))).tolist())
+every_byte = torch.arange(256, dtype=torch.uint8)
+assert torch.equal((every_byte.float() / 255 * 255).byte(), every_byte)  # bytes -> [0, 1] -> bytes is exact
+print(
+    "all 256 byte values survive / 255, * 255, .byte():",
+    torch.equal((every_byte.float() / 255 * 255).byte(), every_byte),
+)
 
 # %% [markdown]
 # ## 7. Broadcasting (广播) and matrix products (矩阵乘法)
