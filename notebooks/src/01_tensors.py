@@ -219,7 +219,8 @@ assert t64 > 1.2 * t32
 # ### Mixing dtypes: type promotion (类型提升)
 #
 # When an operation mixes dtypes, PyTorch computes one result dtype by **type promotion** (类型提升). The rules,
-# which `torch.result_type(a, b)` applies for you:
+# which `torch.result_type(a, b)` applies for you (the documentation states them under
+# [Type promotion](https://docs.pytorch.org/docs/stable/tensor_attributes.html#type-promotion-doc)):
 #
 # 1. The dtypes fall into **categories**: bool < integer < floating point < complex. The result takes the highest
 #    category among the operands.
@@ -555,6 +556,7 @@ print(
     v232.untyped_storage().data_ptr() == base.untyped_storage().data_ptr(),
 )
 assert v232.stride() == (3, 1, 6) and torch.equal(v232.flatten(), m62.flatten())
+assert v232.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()  # a view: no copy
 try:
     m62.view(3, 4)
 except RuntimeError as err:
@@ -1222,6 +1224,12 @@ ex.check(3, nearest)
 # - Named tensors are gone: name dimensions with einops patterns.
 # - Move data with `.to(device)`; pick the device once, with `get_device()` or
 #   `torch.accelerator.current_accelerator(check_available=True)`.
+#
+# **Where to look things up.** PyTorch's [documentation](https://docs.pytorch.org/docs/stable/index.html) has the
+# API reference (`torch`, `torch.Tensor`, `torch.nn`, ...: every function with its arguments) and, under "Notes",
+# explanations of mechanisms such as broadcasting and autograd; the
+# [tutorials](https://docs.pytorch.org/tutorials/) are worked examples. This course links the page that goes with a
+# topic where it helps.
 #
 # Next: **02 · autograd** — how PyTorch computes gradients.
 
