@@ -293,11 +293,11 @@ assert model.spare.weight.grad is None
 #
 # ### 1.5 Initialisation by walking `modules()`
 #
-# `model.modules()` yields every module recursively (the model itself first), and `named_modules()` yields
-# `(name, module)` pairs with dotted names. A common **initialisation** (初始化) loop uses **Kaiming (He)
-# initialisation** (Kaiming 初始化) for convolutions followed by ReLU: weights drawn from a normal distribution with standard
-# deviation $\sqrt{2/\text{fan}}$, where `mode="fan_out"` uses fan = out_channels × kernel area. `model.apply(fn)` is
-# the same walk written as a callback. We check the measured standard deviation against the formula.
+# `model.modules()` yields every module recursively (the model itself first), and `named_modules()` yields `(name,
+# module)` pairs with dotted names. A common **initialisation** (初始化) loop uses **Kaiming (He) initialisation**
+# (Kaiming 初始化) for convolutions followed by ReLU: weights drawn from a normal distribution with standard deviation
+# $\sqrt{2/\text{fan}}$, where `mode="fan_out"` uses fan = out_channels × kernel area. `model.apply(fn)` is the same
+# walk written as a callback. We check the measured standard deviation against the formula.
 #
 # Without such a loop every layer keeps its own default, set by its `reset_parameters()` method when it is built:
 # `nn.Linear(i, o)` and `nn.Conv2d` draw weights and biases uniformly from $[-1/\sqrt{\text{fan\_in}},
@@ -654,18 +654,18 @@ assert stale is not layer.weight and torch.equal(before, layer.weight)
 # | `momentum=μ` | $b_t = \mu\, b_{t-1} + d_t$ (with $b_1 = d_1$), then $w_t = w_{t-1} - \eta\, b_t$ |
 # | `nesterov=True` | $b_t$ as above, then $w_t = w_{t-1} - \eta\,(d_t + \mu\, b_t)$ |
 #
-# The **momentum buffer** (动量缓冲区) $b$ is a running sum of past gradients, each weighted by $\mu$ per step of age: along a
-# direction where the gradients agree it grows up to $1/(1-\mu)$ = 10 times one gradient, and where they alternate
-# in sign it cancels. Nesterov steps with $d_t + \mu b_t = (1+\mu)\, d_t + \mu^2 b_{t-1}$: the newest gradient
-# counts more, so a change of direction shows up sooner, which damps the overshoot. Two details differ from some textbooks: the first buffer is the gradient itself (not zero), and $\eta$
-# multiplies the buffer when it is used rather than being stored in it, so a new learning rate from a scheduler
-# takes effect at once. (The `dampening` option, 0 by default, would scale $d_t$ by $1 - \text{dampening}$ inside
-# the buffer.)
+# The **momentum buffer** (动量缓冲区) $b$ is a running sum of past gradients, each weighted by $\mu$ per step of age: along
+# a direction where the gradients agree it grows up to $1/(1-\mu)$ = 10 times one gradient, and where they alternate in
+# sign it cancels. Nesterov steps with $d_t + \mu b_t = (1+\mu)\, d_t + \mu^2 b_{t-1}$: the newest gradient counts
+# more, so a change of direction shows up sooner, which damps the overshoot. Two details differ from some textbooks:
+# the first buffer is the gradient itself (not zero), and $\eta$ multiplies the buffer when it is used rather than
+# being stored in it, so a new learning rate from a scheduler takes effect at once. (The `dampening` option, 0 by
+# default, would scale $d_t$ by $1 - \text{dampening}$ inside the buffer.)
 #
 # The cell writes these rules with the closed-form gradient of a least-squares loss, $g = \tfrac{2}{N} X^\top (Xw -
 # y)$, and checks every step against `torch.optim.SGD`, which gets its gradient from autograd. The problem is
-# deliberately badly conditioned: the loss curves about 40 times more steeply along one direction than the other, which is where
-# momentum matters.
+# deliberately badly conditioned: the loss curves about 40 times more steeply along one direction than the other, which
+# is where momentum matters.
 
 # %%
 seed_everything(0)
@@ -902,11 +902,11 @@ print("param_groups[0]['params'] in the state_dict:", optimizer.state_dict()["pa
 assert set(state) == {"step", "exp_avg", "exp_avg_sq"} and numbers == 2 * n_params
 
 # %% [markdown]
-# `optimizer.add_param_group(group)` adds a group to an existing optimizer, with the constructor's options as
-# defaults for what the group does not set. The classic use is **fine-tuning** (微调): train a new head first, then
-# unfreeze the pretrained **backbone** (主干网络) and add its parameters with a smaller learning rate. A parameter already in
-# a group is refused. A learning-rate scheduler (section 3) built before the new group does not know it and fails
-# at its next `step()`: build schedulers after the last group is added.
+# `optimizer.add_param_group(group)` adds a group to an existing optimizer, with the constructor's options as defaults
+# for what the group does not set. The classic use is **fine-tuning** (微调): train a new head first, then unfreeze the
+# pretrained **backbone** (主干网络) and add its parameters with a smaller learning rate. A parameter already in a group is
+# refused. A learning-rate scheduler (section 3) built before the new group does not know it and fails at its next
+# `step()`: build schedulers after the last group is added.
 
 # %%
 from torch.optim.lr_scheduler import LambdaLR
