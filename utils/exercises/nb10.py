@@ -19,11 +19,12 @@ EXERCISES = Registry("10")
 
 S_STATE = "1.1 Where a module keeps its state"
 S_LIST = "1.2 `ModuleList` and `Sequential` versus a Python list"
-S_DROPOUT = "1.6 `train()` and `eval()`: Dropout"
-S_LAYERNORM = "1.8 LayerNorm by hand, and biased versus unbiased variance"
-S_DECAY = "2.3 No weight decay for biases and normalisation weights"
-S_LAMBDA = "2.5 Learning-rate schedulers: the notes' `LambdaLR` examples"
-S_WARMUP = "2.6 Chained schedulers, warm-up, cosine, one-cycle, plateau"
+S_DROPOUT = "1.7 `train()` and `eval()`: Dropout"
+S_LAYERNORM = "1.9 LayerNorm by hand, and biased versus unbiased variance"
+S_ADAMW = "2.4 Weight decay: L2 in the loss, or decoupled (AdamW)"
+S_DECAY = "2.7 No weight decay for biases and normalisation weights"
+S_LAMBDA = "3.1 Learning-rate schedulers: `LambdaLR`"
+S_WARMUP = "3.2 Chained schedulers, warm-up, cosine, one-cycle"
 S_LOOP = "04 · 13. The training loop, written out"
 
 
@@ -262,7 +263,7 @@ def _check_groups(optimizer, model, lr, weight_decay):
     expect(
         isinstance(optimizer, torch.optim.AdamW),
         f"the first value returned should be the AdamW optimizer, not {type(optimizer).__name__}",
-        S_DECAY,
+        S_ADAMW,
     )
     decay_of = {}
     for group in optimizer.param_groups:
@@ -373,7 +374,7 @@ def fit(fn):
                     hint(
                         "a parameter is listed in two groups (the optimizer refuses): build the two lists so that "
                         "each parameter lands in exactly one",
-                        "2.2 Parameter groups: a smaller learning rate for the backbone",
+                        "2.6 Parameter groups: a smaller learning rate for the backbone",
                     )
                 raise
         warned = any("before `optimizer.step()`" in str(w.message) for w in caught)
