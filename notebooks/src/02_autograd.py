@@ -23,9 +23,9 @@
 # **Before this notebook.** Notebook 01: creating tensors, shapes, dtypes, broadcasting and matrix products. Calculus
 # at the level of the chain rule and partial derivatives.
 #
-# **Study time:** about 150 min for a first-time learner, 30 of them for the exercises. Sections 1–5 are the core;
-# the parts marked *(deeper)* can wait for a second reading. The slowest cells are the numerical gradient check of the
-# convolution and the three short training runs with a gradient penalty (1–2 s each).
+# **Study time:** about 150 min for a first-time learner, 30 of them for the exercises (which build on sections 3, 4,
+# 6 and 7). The parts marked *(deeper)* can wait for a second reading. The slowest cells are the numerical gradient
+# check of the convolution and the three short training runs with a gradient penalty (1–2 s each).
 #
 # **On a GPU.** Nothing changes in what you learn: the optimizer, the convolution check, the gradient-penalty model
 # and the frozen ResNet run on `device`, which is CUDA when one is present. Everything here is tiny, so the GPU is not
@@ -38,8 +38,8 @@
 # ## Setup
 #
 # `seed_everything(0)` makes the random numbers repeatable; `get_device()` picks CUDA, then Apple MPS, then the CPU
-# (the stored outputs use the CPU). Two printing helpers of the course: `fmt(t, d)` prints a tensor rounded to `d`
-# decimals, and `plot_curves` draws one line per named list of numbers.
+# (the stored outputs use the CPU). Two helpers of the course: `fmt(t, d)` formats a tensor with `d` decimals for
+# printing, and `plot_curves` draws one line per named list of numbers.
 
 # %%
 import inspect
@@ -75,12 +75,13 @@ print("device:", device.type)
 # The **loss function** (损失函数) says how wrong the predictions are; here the sum of squared errors over the
 # $64\times 10$ entries, $L = \sum (\hat y - y)^2$. Training is **gradient descent** (梯度下降): repeat
 # $W \leftarrow W - \eta\, \partial L/\partial W$ for every parameter matrix, a small step against the **gradient**
-# (梯度) $\partial L/\partial W$, whose size is set by the **learning rate** (学习率) $\eta$. The data are random numbers: the point is the mechanics (the
-# loss still falls, since 3,520 parameters can partly fit 640 targets).
+# (梯度) $\partial L/\partial W$, whose size is set by the **learning rate** (学习率) $\eta$. The data are random
+# numbers: the point is the mechanics (the loss still falls, since 3,520 parameters can partly fit 640 targets).
 #
-# We write the training loop five times. Each version replaces one piece of hand-written code by PyTorch and changes
-# nothing else: same data, same starting weights, same learning rate, float64 everywhere. So the five loss curves
-# must be one curve, up to the order in which NumPy and PyTorch sum inside their matrix products.
+# We write the training loop five times, as PyTorch's classic tutorial "Learning PyTorch with Examples" does. Each
+# version replaces one piece of hand-written code by PyTorch and changes nothing else: same data, same starting
+# weights, same learning rate, float64 everywhere. So the five loss curves must be one curve, up to the order in
+# which NumPy and PyTorch sum inside their matrix products.
 
 # %%
 N, D_in, H, D_out, STEPS, LR = 64, 100, 32, 10, 50, 1e-3
@@ -207,7 +208,7 @@ np.testing.assert_allclose(curves["3 autograd"], curves["1 NumPy"], rtol=1e-9)
 def two_layer_net() -> nn.Sequential:
     """The same network as nn layers, starting from the same weights."""
     net = nn.Sequential(nn.Linear(D_in, H, bias=False), nn.ReLU(), nn.Linear(H, D_out, bias=False)).double()
-    with torch.no_grad():
+    with torch.no_grad():  # net[0] is the first layer; copy_ overwrites its weight in place
         net[0].weight.copy_(torch.from_numpy(w1_init.T))
         net[2].weight.copy_(torch.from_numpy(w2_init.T))
     return net
@@ -976,7 +977,7 @@ except RuntimeError as err:
 # forward, telling backward which gradients are actually wanted, so it can skip work (here: when the data `input` does
 # not require a gradient, the matrix product for `grad_input` is skipped). Returning gradients nobody asked for is not
 # an error, only waste. The class records what it saw so we can print it, and we compare with the built-in `F.linear`
-# and with `gradcheck`.
+# (the function behind `nn.Linear`) and with `gradcheck`.
 
 
 # %%
@@ -1470,8 +1471,9 @@ for create_graph in (True, False):
 # parameters of a model whose current loss uses only some of its parts, `allow_unused=True` returns `None` for
 # those, and `materialize_grads=True` returns zeros instead. (`backward()` simply leaves their `.grad` alone.)
 #
-# The source of `autograd.grad` has one more argument, `only_inputs`. It has been ignored since PyTorch 0.4 and now
-# warns; `show_warning(fn, category, text)`, a helper of the course, runs `fn` and prints the warning it raises.
+# The signature of `autograd.grad` has one more argument, `only_inputs`, which older code passes. It is ignored
+# (gradients are only ever returned for `inputs`), and `only_inputs=False` warns. `show_warning(fn, category, text)`,
+# a helper of the course, runs `fn` and prints the warning it raises.
 
 # %%
 used, unused = nn.Linear(3, 1), nn.Linear(3, 1)  # a loss that uses only the first layer
@@ -1881,6 +1883,6 @@ ex.check(3, linear_backward)
 # | The convolution Function names the weight gradient `grad_input` | It is the gradient of the weight (`grad_weight`) | §7 · A 2-D convolution as a Function |
 # | "Use `@once_differentiable` by default unless we intend to double backward" | Use it only for a backward autograd cannot follow; a backward made of PyTorch operations is twice differentiable without it, and with the decorator `autograd.grad` can silently drop a second-order term | §7 · `once_differentiable`; §7 · A 2-D convolution as a Function |
 # | The quoted source runs the engine as `Variable._execution_engine.run_backward` | It is `_engine_run_backward`, with the same `accumulate_grad` flags | §8 · `backward` versus `autograd.grad` |
-# | The quoted `autograd.grad` has an `only_inputs` argument | Ignored since PyTorch 0.4; passing it gives a `FutureWarning` | §8 · `allow_unused` |
+# | The quoted `autograd.grad` has an `only_inputs` argument | It is ignored (the quoted code already warns so); `only_inputs=False` gives a `FutureWarning` in 2.14 | §8 · `allow_unused` |
 # | The gradient-penalty recipe says `create_grad=True` | The argument is `create_graph=True` | §9 · Gradient penalty |
 # | `torchvision.models.resnet18(pretrained=True)` | `pretrained` is deprecated since torchvision 0.13: `resnet18(weights=ResNet18_Weights.DEFAULT)` | §10 · Freezing parameters |
