@@ -287,7 +287,8 @@ plt.show()
 # Everything that follows opens one of these pieces: what `backward()` computes (sections 2–4), what an optimizer
 # does with it (section 5), how to add your own operations to autograd (sections 6–7), and the finer controls
 # (sections 8–10).
-#
+
+# %% [markdown]
 # ## 2. `backward()` on a scalar, and `torch.autograd.grad`
 #
 # Autograd records the operations done on tensors with `requires_grad=True`. A tensor you create yourself with
@@ -797,7 +798,7 @@ plt.show()
 # ## 6. Custom Functions (自定义算子)
 #
 # Every node of the graph knows how to compute its output (`forward`) and how to turn the gradient of its output into
-# gradients of its inputs (`backward`). The built-in ones (`AddBackward0`, `MulBackward0`, ...) are written in C++.
+# gradients of its inputs (`backward`). PyTorch brings one for each operation (`AddBackward0`, `MulBackward0`, ...).
 # You can write your own, a **custom Function** (自定义算子), by subclassing `torch.autograd.Function` with two static
 # methods:
 #
@@ -853,7 +854,7 @@ assert torch.equal(w_grad, torch.tensor([[4.5, 4.5]]))
 
 # %% [markdown]
 # One subtle difference: at exactly 0 ReLU has a kink and no derivative. Any slope between 0 and 1 is a valid choice
-# there (a *subgradient*, 次梯度: the slope of a line that touches the graph at the kink from below). `MyReLU` lets the
+# there (a *subgradient*, 次梯度: the slope of a line through the kink that stays below the graph). `MyReLU` lets the
 # gradient through at 0 (it only zeroes `input < 0`), the built-in chooses 0. A numerical check at 0 would flag
 # either, so `gradcheck` below stays away from the kink.
 
@@ -1783,9 +1784,9 @@ ex.check(1, answer_1)
 #
 # Write `Softplus`, a `torch.autograd.Function` (section 6): `forward` computes the stable formula and saves what
 # `backward` needs (the input or the output, not an intermediate result: section 7 shows why); `backward` returns the
-# gradient of the input by the chain rule. Write `backward` with PyTorch
-# operations, so that it can itself be differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section
-# 7) in float64, and compares with `F.softplus` in float32 from $x = -100$ to $100$.
+# gradient of the input by the chain rule. Write `backward` with PyTorch operations, so that it can itself be
+# differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section 7) in float64, and compares with
+# `F.softplus` in float32 from $x = -100$ to $100$.
 
 
 # %%
@@ -1878,7 +1879,7 @@ ex.check(3, linear_backward)
 # | Derivatives are printed with `dy_dx.data` | Use `.item()` for a number, `.detach()` for a tensor | §2 · `torch.autograd.grad` |
 # | The vector example calls `c.backward` twice on one graph, with `gradient=[1, 1]` then `[1, 2]`, and prints `[2, 12]` and `[1, 2]` | The second call raises, because the first freed the graph; with `retain_graph=True` the gradients would add up to `[4, 18]`; `[2, 12]` and `[1, 2]` are what a fresh graph gives | §3 · `backward()` on a non-scalar |
 # | The further reading asks why `backward` has a `grad_variables` argument | The argument is `gradient` (`grad_tensors` in `torch.autograd.backward`); the old name warns | §3 · `backward()` on a non-scalar |
-# | `loss.backward()` assigns gradients to `y1.grad` and `y2.grad`, and `x.grad` adds up the gradients it receives along each path | Non-leaf tensors keep no `.grad` (unless `retain_grad()`); the engine sums the paths' contributions in the node's input buffer and runs `AccumulateGrad` once with the sum; `.grad` adds up only across backward calls | §4 · The graph is freed; gradients accumulate |
+# | `loss.backward()` assigns gradients to `y1.grad` and `y2.grad`, and `x.grad` adds up the gradients it receives along each path | Non-leaf tensors keep no `.grad` unless `retain_grad()` is called (taught in notebook 03); the engine sums the paths' contributions in the node's input buffer and runs `AccumulateGrad` once with the sum; `.grad` adds up only across backward calls | §4 · The graph is freed; gradients accumulate |
 # | The `MyReLU` example computes `Y_hat - Y` with shapes `(2, 1)` and `(1, 2)` and prints gradients `4.5` | The difference broadcasts to `2×2`, comparing each prediction with both targets; the `4.5` come from that | §6 · `MyReLU` |
 # | The convolution Function names the weight gradient `grad_input` | It is the gradient of the weight (`grad_weight`) | §7 · A 2-D convolution as a Function |
 # | "Use `@once_differentiable` by default unless we intend to double backward" | Use it only for a backward autograd cannot follow; a backward made of PyTorch operations is twice differentiable without it, and with the decorator `autograd.grad` can silently drop a second-order term | §7 · `once_differentiable`; §7 · A 2-D convolution as a Function |
