@@ -197,8 +197,9 @@ np.testing.assert_allclose(curves["3 autograd"], curves["1 NumPy"], rtol=1e-9)
 # * `nn.ReLU()` applies ReLU; `nn.Sequential(a, b, c)` chains layers, and calling the result, `net(x)`, runs them in
 #   order;
 # * `nn.MSELoss(reduction="sum")` is our loss (its default, `"mean"`, would divide by the 640 entries);
-# * `net.parameters()` yields every parameter tensor, created with `requires_grad=True`; `net.named_parameters()`
-#   gives their names too, and `net.zero_grad()` resets their `.grad`; `.double()` converts them to float64.
+# * `net.parameters()` yields every parameter tensor, created with `requires_grad=True`. It is a generator, used up
+#   after one pass: wrap it in `list(...)` to go over it twice. `net.named_parameters()` gives their names too,
+#   `net.zero_grad()` resets their `.grad`, and `.double()` converts them to float64.
 #
 # A layer is a thin object around a function of `torch.nn.functional` (imported as `F`): the cell prints the whole
 # `forward` of `nn.ReLU`. Notebook 10 opens `nn.Module`, the class every layer and model derives from.
@@ -216,6 +217,10 @@ def two_layer_net() -> nn.Sequential:
 
 net = two_layer_net()
 print(net)
+params_once = net.parameters()
+first_pass, second_pass = list(params_once), list(params_once)
+print("net.parameters() gives", len(first_pass), "tensors, then", len(second_pass), "on a second pass")
+assert (len(first_pass), len(second_pass)) == (2, 0)
 for name, param in net.named_parameters():
     print(f"  {name}: shape {tuple(param.shape)}, requires_grad {param.requires_grad}")
 print(inspect.getsource(nn.ReLU.forward))
@@ -1198,8 +1203,9 @@ for dtype in (torch.float32, torch.float64):
 # Decorating `backward` with `@once_differentiable` runs it with autograd switched off, so its result cannot be
 # differentiated again. Use it when `backward` is written with operations autograd cannot follow (NumPy, a C
 # extension, in-place tricks): it then marks the result so that a *second* backward through it raises instead of
-# computing nonsense. When `backward` is made of PyTorch operations, leave it out: double backward then works for
-# free. The same `Square` with the decorator still passes `gradcheck` but fails `gradgradcheck`, whose message shows
+# computing nonsense. (If such a backward must be differentiable after all, write it as a second custom Function
+# with a backward of its own, as PyTorch's tutorial on double backward does.) When `backward` is made of PyTorch
+# operations, leave the decorator out: double backward then works for free. The same `Square` with the decorator still passes `gradcheck` but fails `gradgradcheck`, whose message shows
 # the second derivative it got: zeros.
 
 
