@@ -1,37 +1,45 @@
 # %% [markdown]
 # # 02 · Autograd and custom Functions (自动微分)
 #
-# **What you learn.** How PyTorch computes derivatives for you, and how to write your own
-# differentiable operations:
+# Training a model means following derivatives: how much does the error change when each parameter moves a little?
+# PyTorch computes those derivatives for you. This notebook first fits one small model five times, replacing
+# hand-written code by PyTorch one piece at a time, then opens each piece: what `backward()` computes, where the
+# gradients add up, how to write your own differentiable operations and check them.
 #
-# 1. `backward()` on a scalar and on a non-scalar (the `gradient` argument), and why that argument
-#    is a *vector-Jacobian product*;
-# 2. `torch.autograd.grad`: second derivatives with `create_graph=True`, several inputs, several outputs;
-# 3. where the chain rule's sum over paths happens (the engine's input buffer, proved with hooks), the
-#    graph is freed after a backward pass, **gradients** (梯度) *accumulate* across passes, and how to zero
-#    them (and use accumulation on purpose);
-# 4. minimising the notes' $f(x)=ax^2+bx+c$ with an optimizer, with a picture of the path;
-# 5. custom `torch.autograd.Function`s from the notes — `MyReLU`, `Exp`, `GradCoeff`,
-#    `LinearFunction`, `Square`, `Conv2D` — checked with `gradcheck` / `gradgradcheck`; `torch.func`
-#    (`jacrev`, `vmap`) on custom Functions; what `@once_differentiable` does and does not protect;
-# 6. the gradient-penalty recipe, `backward` versus `autograd.grad`, and freezing parameters (and the
-#    BatchNorm statistics that freezing does not freeze).
+# **You will learn to:**
+# 1. fit a model by hand in NumPy, then with tensors, **autograd** (自动微分), `nn` layers and an `optim`
+#    optimizer, and see that every PyTorch tool replaces code, not mathematics;
+# 2. compute derivatives with `backward()` and `torch.autograd.grad`, second derivatives included, and say what
+#    `backward(gradient=g)` computes on a non-scalar (a vector–Jacobian product) and what forward mode computes
+#    (a Jacobian–vector product), and when each is cheaper;
+# 3. predict how gradients add up: along the paths of one backward pass, and across passes in `.grad`; reset them, or
+#    accumulate on purpose;
+# 4. minimise a function with an optimizer, and predict from a closed form what the learning rate does;
+# 5. write custom `torch.autograd.Function`s, check them with `gradcheck` and `gradgradcheck`, make them work with
+#    `torch.func` (`vmap`, `jacrev`, `jvp`, `jacfwd`), and avoid the two traps of double backward;
+# 6. use the arguments of `backward` and `autograd.grad` (`create_graph`, `retain_graph`, `inputs`,
+#    `allow_unused`) to train with a gradient penalty, and freeze part of a model.
 #
-# **Before this notebook.** Notebook 01 (creating tensors, shapes, dtypes, `requires_grad` as an
-# attribute). Calculus at the level of the chain rule and partial derivatives.
+# **Before this notebook.** Notebook 01: creating tensors, shapes, dtypes, broadcasting and matrix products. Calculus
+# at the level of the chain rule and partial derivatives.
 #
-# **Study time:** about 80 min (20 of them for the exercises). The slowest cells are the numerical gradient
+# **Study time:** about 150 min for a first-time learner, 30 of them for the exercises (which build on sections 3, 4,
+# 6 and 7). The parts marked *(deeper)* can wait for a second reading. The slowest cells are the numerical gradient
 # check of the convolution and the three short training runs with a gradient penalty (1–2 s each).
 #
-# **On a GPU.** Nothing changes in what you learn: the optimizer, the convolution check, the
-# gradient-penalty model and the frozen ResNet run on `device`, which is CUDA when one is present.
-# Everything here is tiny, so the GPU is not faster; the stored outputs were made on the CPU.
+# **On a GPU.** Nothing changes in what you learn: the optimizer, the convolution check, the gradient-penalty model
+# and the frozen ResNet run on `device`, which is CUDA when one is present. Everything here is tiny, so the GPU is not
+# faster; the stored outputs were made on the CPU.
+#
+# The course grew out of a teacher's study notes written for PyTorch 1.x. Where the notes differ from PyTorch 2.14,
+# the last section, after the summary, lists what changed and where this notebook shows it.
 
 # %% [markdown]
 # ## Setup
 #
-# `seed_everything(0)` makes the random tensors repeatable; `get_device()` picks CUDA, then Apple
-# MPS, then the CPU (the stored outputs use the CPU).
+# `seed_everything(0)` makes the random numbers repeatable; `get_device()` picks CUDA, then Apple MPS, then the CPU
+# (the stored outputs use the CPU). Two helpers of the course: `fmt(t, d)` formats a tensor with `d` decimals for
+# printing, and `plot_curves` draws one line per named list of numbers.
 
 # %%
 import inspect
@@ -46,31 +54,262 @@ import torchvision
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from utils import fmt, get_device, plot_curves, seed_everything
+from utils import fmt, get_device, plot_curves, seed_everything, show_warning
 
 seed_everything(0)
 device = get_device()
 print("device:", device.type)
 
 # %% [markdown]
-# ## 1. `backward()` on a scalar
+# ## 1. From NumPy to `nn` and `optim`: one model, five times
 #
-# PyTorch's **autograd** (自动微分) records every operation done on a tensor that has `requires_grad=True`
-# and builds a **computational graph (计算图)** of them. A tensor you create yourself with
-# `requires_grad=True` is a **leaf tensor (叶子节点)**; a tensor computed from it has a `grad_fn`
-# (the graph node that knows its backward formula) and is not a leaf.
+# The task: learn a function from examples. A **model** (模型) turns an input $x$ into a prediction $\hat y$ through
+# **parameters** (参数), numbers that training adjusts. Ours is a network with two layers:
 #
-# Calling `backward()` on a **scalar** walks the graph backwards with the **chain rule** (链式法则) and stores
-# $\partial y/\partial x$ in the `.grad` attribute of every leaf that requires a gradient.
-# The notes' running example is $f(x) = ax^2 + bx + c$ with $a=1, b=-2, c=1$, whose derivative is
-# $2ax + b$, so at $x=0$ we expect $-2$.
+# $$\hat y = \mathrm{ReLU}(x W_1)\, W_2, \qquad \mathrm{ReLU}(h) = \max(h, 0) \text{ element by element.}$$
+#
+# ReLU is the **activation function** (激活函数): without it the two matrix products would collapse into one. The
+# input $x$ is a **batch** (批次) of $N = 64$ examples with 100 numbers each, one per row, so $xW_1$ handles all 64 in
+# one matrix product. $W_1$ is $100\times 32$ and $W_2$ is $32\times 10$: 10 outputs per example, 3,520 parameters.
+#
+# The **loss function** (损失函数) says how wrong the predictions are; here the sum of squared errors over the
+# $64\times 10$ entries, $L = \sum (\hat y - y)^2$. Training is **gradient descent** (梯度下降): repeat
+# $W \leftarrow W - \eta\, \partial L/\partial W$ for every parameter matrix, a small step against the **gradient**
+# (梯度) $\partial L/\partial W$, whose size is set by the **learning rate** (学习率) $\eta$. The data are random
+# numbers: the point is the mechanics (the loss still falls, since 3,520 parameters can partly fit 640 targets).
+#
+# We write the training loop five times, as PyTorch's classic tutorial "Learning PyTorch with Examples" does. Each
+# version replaces one piece of hand-written code by PyTorch and changes nothing else: same data, same starting
+# weights, same learning rate, float64 everywhere. So the five loss curves must be one curve, up to the order in
+# which NumPy and PyTorch sum inside their matrix products.
+
+# %%
+N, D_in, H, D_out, STEPS, LR = 64, 100, 32, 10, 50, 1e-3
+rng = np.random.default_rng(0)  # NumPy's seeded random generator
+x_np, y_np = rng.standard_normal((N, D_in)), rng.standard_normal((N, D_out))
+w1_init, w2_init = rng.standard_normal((D_in, H)) / 10, rng.standard_normal((H, D_out)) / 10
+curves = {}  # name -> the loss at every step
+print("x", x_np.shape, "| y", y_np.shape, "| W1", w1_init.shape, "| W2", w2_init.shape)
+print("parameters:", w1_init.size + w2_init.size)
+
+# %% [markdown]
+# ### 1.1 NumPy: backpropagation by hand
+#
+# The gradients come from the **chain rule** (链式法则), applied from the loss backwards through each step of the
+# computation: this is **backpropagation** (反向传播). For a matrix product $Y = AB$ and any loss $L$, with
+# $G = \partial L/\partial Y$: $\partial L/\partial A = G B^\top$ and $\partial L/\partial B = A^\top G$ (each
+# gradient has the shape of its matrix, which is a good way to remember where the transposes go). Step by step:
+#
+# | forward step | backward step |
+# |---|---|
+# | $L = \sum(\hat y - y)^2$ | $\partial L/\partial \hat y = 2(\hat y - y)$ |
+# | $\hat y = h_\mathrm{relu} W_2$ | $\partial L/\partial W_2 = h_\mathrm{relu}^\top\, \partial L/\partial \hat y$, and $\partial L/\partial h_\mathrm{relu} = \partial L/\partial \hat y\; W_2^\top$ |
+# | $h_\mathrm{relu} = \max(h, 0)$ | $\partial L/\partial h$ = $\partial L/\partial h_\mathrm{relu}$ where $h > 0$, and 0 elsewhere |
+# | $h = x W_1$ | $\partial L/\partial W_1 = x^\top\, \partial L/\partial h$ |
+
+# %%
+w1, w2 = w1_init.copy(), w2_init.copy()
+curves["1 NumPy"] = []
+for _ in range(STEPS):
+    h = x_np @ w1  # forward pass
+    h_relu = np.maximum(h, 0)
+    y_pred = h_relu @ w2
+    curves["1 NumPy"].append(float(np.square(y_pred - y_np).sum()))
+    grad_y_pred = 2.0 * (y_pred - y_np)  # backward pass, by hand
+    grad_w2 = h_relu.T @ grad_y_pred
+    grad_h = grad_y_pred @ w2.T
+    grad_h[h < 0] = 0  # ReLU passes the gradient only where its input was positive
+    grad_w1 = x_np.T @ grad_h
+    w1 -= LR * grad_w1  # gradient descent
+    w2 -= LR * grad_w2
+print("loss every 10 steps:", [round(v, 2) for v in curves["1 NumPy"][::10]], "...", round(curves["1 NumPy"][-1], 2))
+assert curves["1 NumPy"][-1] < curves["1 NumPy"][0] / 2
+
+# %% [markdown]
+# ### 1.2 Tensors: the same code in PyTorch
+#
+# PyTorch's tensors have NumPy's operations under similar names: `@`, `.T`, and `clamp(min=0)` for $\max(h, 0)$. The
+# only gain so far is that the same code runs on a GPU once the tensors are moved there with `.to(device)`.
+# `torch.from_numpy` shares the array's memory and `torch.tensor(array)` copies it (notebook 01).
+
+# %%
+xt, yt = torch.from_numpy(x_np), torch.from_numpy(y_np)
+w1, w2 = torch.tensor(w1_init), torch.tensor(w2_init)
+curves["2 tensors"] = []
+for _ in range(STEPS):
+    h = xt @ w1
+    h_relu = h.clamp(min=0)
+    y_pred = h_relu @ w2
+    curves["2 tensors"].append((y_pred - yt).pow(2).sum().item())
+    grad_y_pred = 2.0 * (y_pred - yt)
+    grad_w2 = h_relu.T @ grad_y_pred
+    grad_h = grad_y_pred @ w2.T
+    grad_h[h < 0] = 0
+    w1 -= LR * (xt.T @ grad_h)
+    w2 -= LR * grad_w2
+print("last loss, NumPy vs tensors:", round(curves["1 NumPy"][-1], 2), round(curves["2 tensors"][-1], 2))
+np.testing.assert_allclose(curves["2 tensors"], curves["1 NumPy"], rtol=1e-9)
+
+# %% [markdown]
+# ### 1.3 Autograd: `loss.backward()` writes the backward pass
+#
+# Create the weights with `requires_grad=True` and PyTorch records every operation done with them, a
+# **computational graph** (计算图) from the weights to the loss. `loss.backward()` then runs backpropagation through
+# that graph and stores $\partial L/\partial W$ in the attribute `W.grad`: the five lines of hand-written gradients
+# disappear. The cell checks once, before training, that `backward()` finds the hand-derived gradient (to 12 digits).
+#
+# Two details of the loop. The update must not be recorded (it is not part of the model), so it runs inside
+# `with torch.no_grad():`. And `backward()` *adds* into `.grad` (section 4 shows why), so `.grad` is reset to `None`
+# after each update. The loss is a 0-dimensional tensor, shape `torch.Size([])`; `.item()` turns it into a Python
+# number.
+
+# %%
+w1 = torch.tensor(w1_init, requires_grad=True)
+w2 = torch.tensor(w2_init, requires_grad=True)
+
+loss = ((xt @ w1).clamp(min=0) @ w2 - yt).pow(2).sum()
+loss.backward()  # fills w1.grad and w2.grad
+h = xt @ w1.detach()
+by_hand_w1 = xt.T @ ((2.0 * (h.clamp(min=0) @ w2.detach() - yt) @ w2.detach().T) * (h > 0))
+print("loss:", type(loss).__name__, "of shape", loss.shape, "| w1.grad:", tuple(w1.grad.shape))
+print("backward() equals the hand-derived gradient of W1:", torch.allclose(w1.grad, by_hand_w1, rtol=1e-12))
+assert torch.allclose(w1.grad, by_hand_w1, rtol=1e-12) and loss.shape == torch.Size([])
+w1.grad = w2.grad = None
+
+curves["3 autograd"] = []
+for _ in range(STEPS):
+    loss = ((xt @ w1).clamp(min=0) @ w2 - yt).pow(2).sum()
+    curves["3 autograd"].append(loss.item())
+    loss.backward()
+    with torch.no_grad():  # the update must not be recorded
+        w1 -= LR * w1.grad
+        w2 -= LR * w2.grad
+        w1.grad = w2.grad = None
+np.testing.assert_allclose(curves["3 autograd"], curves["1 NumPy"], rtol=1e-9)
+
+# %% [markdown]
+# ### 1.4 `nn`: layers instead of weight matrices
+#
+# `torch.nn` packages each piece of a model as a **layer** (层), an object that holds its own parameters:
+#
+# * `nn.Linear(n_in, n_out)` computes $x W^\top + b$. It stores $W$ with shape `(n_out, n_in)`, the transpose of our
+#   $W_1$, and a bias $b$, switched off here with `bias=False` to match the model above;
+# * `nn.ReLU()` applies ReLU; `nn.Sequential(a, b, c)` chains layers, and calling the result, `net(x)`, runs them in
+#   order;
+# * `nn.MSELoss(reduction="sum")` is our loss (its default, `"mean"`, would divide by the 640 entries);
+# * `net.parameters()` yields every parameter tensor, created with `requires_grad=True`. It is a generator, used up
+#   after one pass: wrap it in `list(...)` to go over it twice. `net.named_parameters()` gives their names too,
+#   `net.zero_grad()` resets their `.grad`, and `.double()` converts them to float64.
+#
+# A layer is a thin object around a function of `torch.nn.functional` (imported as `F`): the cell prints the whole
+# `forward` of `nn.ReLU`. Notebook 10 opens `nn.Module`, the class every layer and model derives from.
+
+
+# %%
+def two_layer_net() -> nn.Sequential:
+    """The same network as nn layers, starting from the same weights."""
+    net = nn.Sequential(nn.Linear(D_in, H, bias=False), nn.ReLU(), nn.Linear(H, D_out, bias=False)).double()
+    with torch.no_grad():  # net[0] is the first layer; copy_ overwrites its weight in place
+        net[0].weight.copy_(torch.from_numpy(w1_init.T))
+        net[2].weight.copy_(torch.from_numpy(w2_init.T))
+    return net
+
+
+net = two_layer_net()
+print(net)
+params_once = net.parameters()
+first_pass, second_pass = list(params_once), list(params_once)
+print("net.parameters() gives", len(first_pass), "tensors, then", len(second_pass), "on a second pass")
+assert (len(first_pass), len(second_pass)) == (2, 0)
+for name, param in net.named_parameters():
+    print(f"  {name}: shape {tuple(param.shape)}, requires_grad {param.requires_grad}")
+print(inspect.getsource(nn.ReLU.forward))
+
+loss_fn = nn.MSELoss(reduction="sum")
+curves["4 nn"] = []
+for _ in range(STEPS):
+    loss = loss_fn(net(xt), yt)
+    curves["4 nn"].append(loss.item())
+    net.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for param in net.parameters():
+            param -= LR * param.grad
+np.testing.assert_allclose(curves["4 nn"], curves["1 NumPy"], rtol=1e-9)
+
+# %% [markdown]
+# ### 1.5 `optim`: the update step
+#
+# An **optimizer** (优化器) holds the parameters it was given and updates them from their `.grad`:
+# `torch.optim.SGD(net.parameters(), lr=LR)` does $p \leftarrow p - \eta\, p.\mathrm{grad}$ in `step()`, and
+# `zero_grad()` resets the gradients. The three lines `zero_grad()` → `backward()` → `step()` are the heart of every
+# training loop in this course.
+#
+# Other optimizers change only the rule inside `step()`. **Adam** divides a running average of each parameter's
+# gradients by a running estimate of their size, so every parameter moves by steps of about the learning rate
+# (notebook 10 compares optimizers). Switching to it is a one-line change, drawn as a sixth, dashed curve; it takes a
+# different path, so it is not compared with the five.
+
+# %%
+net = two_layer_net()
+optimizer = torch.optim.SGD(net.parameters(), lr=LR)
+curves["5 optim"] = []
+for _ in range(STEPS):
+    loss = loss_fn(net(xt), yt)
+    curves["5 optim"].append(loss.item())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+net = two_layer_net()
+optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)  # the one line that changes
+adam_curve = []
+for _ in range(STEPS):
+    loss = loss_fn(net(xt), yt)
+    adam_curve.append(loss.item())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+for name, curve in curves.items():
+    print(f"{name:10} loss at step 0: {curve[0]:8.2f}   at step {STEPS - 1}: {curve[-1]:8.2f}")
+print(f"{'Adam':10} loss at step 0: {adam_curve[0]:8.2f}   at step {STEPS - 1}: {adam_curve[-1]:8.2f}")
+reference = np.array(curves["1 NumPy"])
+for curve in curves.values():
+    np.testing.assert_allclose(curve, reference, rtol=1e-9)  # the same curve, five times
+assert reference[-1] < reference[0] / 2 and adam_curve[-1] < reference[-1]
+for name, curve in curves.items():
+    plt.plot(curve, label=name, lw=4 if name.startswith("1") else 1.5)
+plt.plot(adam_curve, "k--", label="Adam, lr=0.01")
+plt.yscale("log")
+plt.xlabel("step")
+plt.ylabel("squared error")
+plt.title("Five implementations, one loss curve")
+plt.legend()
+plt.show()
+
+# %% [markdown]
+# Everything that follows opens one of these pieces: what `backward()` computes (sections 2–4), what an optimizer
+# does with it (section 5), how to add your own operations to autograd (sections 6–7), and the finer controls
+# (sections 8–10).
+
+# %% [markdown]
+# ## 2. `backward()` on a scalar, and `torch.autograd.grad`
+#
+# Autograd records the operations done on tensors with `requires_grad=True`. A tensor you create yourself with
+# `requires_grad=True` is a **leaf tensor** (叶子节点); a tensor computed from it has a `grad_fn`, the graph node that
+# knows its backward formula, and is not a leaf. Calling `backward()` on a **scalar** walks the graph backwards with
+# the chain rule and stores $\partial y/\partial x$ in the `.grad` of every leaf that requires a gradient.
+#
+# The running example of this section is $f(x) = ax^2 + bx + c$ with $a=1, b=-2, c=1$, so $f(x) = (x-1)^2$. Its
+# derivative is $2ax + b$: at $x=0$ we expect $-2$.
 
 # %%
 a, b, c = torch.tensor(1.0), torch.tensor(-2.0), torch.tensor(1.0)
 
 
 def f(x: torch.Tensor) -> torch.Tensor:
-    """The notes' quadratic a*x**2 + b*x + c (element-wise)."""
+    """The quadratic a*x**2 + b*x + c (element-wise)."""
     return a * torch.pow(x, 2) + b * x + c
 
 
@@ -83,9 +322,8 @@ print("dy/dx at x=0:", x.grad)
 assert x.grad == 2 * a * x.detach() + b
 
 # %% [markdown]
-# The notes' second scalar example has two leaves, $c = p^2 + q$ with $p = 1$, $q = 2$ (the notes call them
-# `a` and `b`): $\partial c/\partial p = 2p = 2$ and $\partial c/\partial q = 1$. `requires_grad` spreads: `c`
-# requires grad because its inputs do.
+# With two leaves, $c = p^2 + q$ at $p = 1$, $q = 2$: $\partial c/\partial p = 2p = 2$ and $\partial c/\partial q = 1$.
+# `requires_grad` spreads: `c` requires a gradient because its inputs do.
 
 # %%
 p_leaf = torch.tensor(1.0, requires_grad=True)
@@ -100,11 +338,10 @@ for name, t in (("p", p_leaf), ("q", q_leaf)):
 assert (p_leaf.grad.item(), q_leaf.grad.item()) == (2.0, 1.0)
 
 # %% [markdown]
-# **`Variable` is gone.** Parts of the notes (and many old tutorials) wrap tensors in
-# `torch.autograd.Variable(...)` to make them differentiable. Since PyTorch 0.4 (2018) `Tensor` and
-# `Variable` are one class: every tensor carries `requires_grad`, `grad` and `grad_fn` itself.
-# The name survives only as a shim that hands back a plain tensor, so write
-# `torch.tensor(..., requires_grad=True)` or `t.requires_grad_()` instead.
+# **`Variable` is gone.** Older code (and many old tutorials) wraps tensors in `torch.autograd.Variable(...)` to
+# make them differentiable. Since PyTorch 0.4 (2018) `Tensor` and `Variable` are one class: every tensor carries
+# `requires_grad`, `grad` and `grad_fn` itself. The name survives only as a shim that hands back a plain tensor, so
+# write `torch.tensor(..., requires_grad=True)` or `t.requires_grad_()` instead.
 
 # %%
 from torch.autograd import Variable  # still importable, for old code
@@ -117,124 +354,16 @@ t = torch.ones(2).requires_grad_()  # the modern way
 assert t.requires_grad and t.is_leaf
 
 # %% [markdown]
-# ## 2. `backward()` on a non-scalar: the `gradient` argument
+# ### `torch.autograd.grad`: returned gradients, second derivatives
 #
-# If the output $y$ is not a scalar, "the derivative of $y$" is a whole **Jacobian (雅可比矩阵)**
-# $J_{ij} = \partial y_i / \partial x_j$, and `.grad` has no room for it: `x.grad` must have the
-# shape of `x`. So `backward()` refuses a non-scalar unless you pass a `gradient` tensor $g$ of the
-# same shape as $y$. PyTorch then computes the **vector-Jacobian product (向量-雅可比积)**
-# $g^\top J$, which has the shape of $x$. With $g$ all ones this is the gradient of `y.sum()`.
-
-# %%
-x = torch.tensor([[0.0, 0.0], [1.0, 2.0]], requires_grad=True)
-y = f(x)
-try:
-    y.backward()
-except RuntimeError as err:
-    print(f"{type(err).__name__}: {err}")
-
-y.backward(gradient=torch.ones_like(y))
-print("y:\n", y.detach())
-print("x.grad with gradient=ones:\n", x.grad)
-assert torch.equal(x.grad, 2 * a * x.detach() + b)
-
-# %% [markdown]
-# The notes' vector example: $c = p^2 + q$ with $p = [1, 3]$, $q = [2, 4]$, first with `gradient=[1, 1]`
-# ($p$.grad $= 2p = [2, 6]$), then with `gradient=[1, 2]`, for which they print $[2, 12]$ and $[1, 2]$. As
-# written, their second `backward` cannot run: the first one freed the graph (section 4), and had it been kept
-# (`retain_graph=True`) the gradients would have *added up* to $[4, 18]$. Their printed values are those of a
-# fresh graph:
-
-# %%
-p_vec = torch.tensor([1.0, 3.0], requires_grad=True)
-q_vec = torch.tensor([2.0, 4.0], requires_grad=True)
-c_vec = p_vec**2 + q_vec
-c_vec.backward(gradient=torch.tensor([1.0, 1.0]))
-print("gradient [1, 1]: p.grad", p_vec.grad.tolist(), "q.grad", q_vec.grad.tolist())
-try:
-    c_vec.backward(gradient=torch.tensor([1.0, 2.0]))  # the notes' second call, on the same graph
-except RuntimeError as err:
-    print("the notes' second backward:", type(err).__name__, "-", str(err).split(" (")[0])
-p_vec.grad = q_vec.grad = None
-(p_vec**2 + q_vec).backward(gradient=torch.tensor([1.0, 2.0]))  # a fresh graph
-print("gradient [1, 2] on a fresh graph: p.grad", p_vec.grad.tolist(), "q.grad", q_vec.grad.tolist())
-assert p_vec.grad.tolist() == [2.0, 12.0] and q_vec.grad.tolist() == [1.0, 2.0]
-
-# %% [markdown]
-# The notes add that a non-scalar backward "can be done with a scalar backward": passing
-# `gradient=g` is the same as calling `backward()` on the scalar $\sum_i g_i y_i$. Take a $g$ that is
-# not all ones, so that it visibly acts as one weight per output element (as when you weight
-# several loss terms).
-
-# %%
-g = torch.tensor([[1.0, 2.0], [3.0, 4.0]])  # one weight per element of y
-
-x = torch.tensor([[0.0, 0.0], [1.0, 2.0]], requires_grad=True)
-f(x).backward(gradient=g)
-grad_vector_form = x.grad.clone()
-
-x.grad = None
-torch.sum(f(x) * g).backward()  # the scalar form
-print("backward(gradient=g):\n", grad_vector_form)
-print("sum(y * g).backward():\n", x.grad)
-assert torch.equal(grad_vector_form, x.grad)
-
-# %% [markdown]
-# Where is the Jacobian? Autograd never builds it (for a network with millions of inputs it would
-# not fit in memory); each backward formula multiplies the incoming vector by its local Jacobian
-# directly. We can still ask for the full Jacobian, with `torch.func.jacrev` (the modern,
-# composable API) or `torch.autograd.functional.jacobian` (the older one; both give the same), and
-# check that $g^\top J$ is exactly what `backward(gradient=g)` returned. The Jacobian of a
-# `2×2 → 2×2` function has shape `(2, 2, 2, 2)`; flattened to `4×4` it is diagonal here, because
-# $f$ acts element by element: that is why $g$ simply multiplies the gradients element-wise.
-
-# %%
-x0 = torch.tensor([[0.0, 0.0], [1.0, 2.0]])
-J = torch.func.jacrev(f)(x0)  # shape y.shape + x.shape
-assert torch.equal(J, torch.autograd.functional.jacobian(f, x0))
-print("Jacobian shape:", tuple(J.shape))
-
-J2d = J.reshape(4, 4)
-print("flattened to 4x4:\n" + fmt(J2d, 1))
-vjp = (g.reshape(1, 4) @ J2d).reshape(2, 2)
-print("g^T J, reshaped:\n" + fmt(vjp, 1))
-assert torch.equal(J2d, torch.diag(2 * a * x0.flatten() + b))
-assert torch.equal(vjp, grad_vector_form)
-
-# %% [markdown]
-# For a function that mixes elements the Jacobian is not diagonal, and the vector-Jacobian product
-# really is a matrix product. Here $h(v)_i = \sum_{j\le i} v_j^2$ (a running sum of squares), whose
-# Jacobian is lower-triangular with entries $2v_j$.
-
-
-# %%
-def h(v: torch.Tensor) -> torch.Tensor:
-    """Running sum of squares: every output depends on several inputs."""
-    return torch.cumsum(v**2, dim=0)
-
-
-v = torch.tensor([1.0, -1.0, 2.0, 0.5], requires_grad=True)
-w = torch.tensor([1.0, 0.0, 0.0, 1.0])  # the vector of the product
-h(v).backward(gradient=w)
-Jh = torch.func.jacrev(h)(v.detach())
-print("Jacobian of h:\n" + fmt(Jh, 1))
-print("v.grad = w^T J =", fmt(v.grad, 1))
-assert torch.equal(Jh, torch.tril(2 * v.detach().expand(4, 4)))
-assert torch.allclose(v.grad, w @ Jh)
-
-# %% [markdown]
-# ## 3. `torch.autograd.grad`: returned gradients, second derivatives
+# `torch.autograd.grad(outputs, inputs)` computes the same derivatives but **returns** them as a tuple instead of
+# writing `.grad`. With `create_graph=True` the backward pass is itself recorded as a graph, so the returned
+# derivative can be differentiated again: a **second derivative** (二阶导数). For our quadratic $f'(0) = -2$ and
+# $f'' = 2a = 2$.
 #
-# `torch.autograd.grad(outputs, inputs)` computes the same derivatives but **returns** them as a
-# tuple instead of writing `.grad`. With `create_graph=True` the **backward pass** (反向传播) is itself
-# recorded as a graph, so the returned derivative can be differentiated again: a **second derivative
-# (二阶导数)**. For our quadratic $f'(0) = -2$ and $f'' = 2a = 2$.
-#
-# Without `create_graph` the returned derivative is a plain constant (no `grad_fn`), and asking for
-# its derivative fails.
-#
-# (The notes print `dy_dx.data`. Prefer `.item()` for a number or `.detach()` for a tensor:
-# see the next cell for why `.data` is risky.)
+# Without `create_graph` the returned derivative is a plain constant (no `grad_fn`), and asking for its derivative
+# fails. To print a value, use `.item()` for a number or `.detach()` for a tensor; older code writes `.data`, and the
+# next cell shows why that is risky.
 
 # %%
 x = torch.tensor(0.0, requires_grad=True)
@@ -254,9 +383,8 @@ print("x.grad after autograd.grad:", x.grad)
 assert x.grad is None  # returned, never accumulated into .grad
 
 # %% [markdown]
-# The same works on a whole vector when the function is element-wise: differentiate the *sum*
-# (each $y_i$ depends only on $x_i$, so the gradient of the sum holds every $dy_i/dx_i$).
-# For $\sin$ we get $\cos$ and then $-\sin$.
+# The same works on a whole vector when the function is element-wise: differentiate the *sum* (each $y_i$ depends only
+# on $x_i$, so the gradient of the sum holds every $dy_i/dx_i$). For $\sin$ we get $\cos$ and then $-\sin$.
 
 # %%
 xs = torch.linspace(0.0, 3.0, 5, requires_grad=True)
@@ -268,11 +396,18 @@ print("d2 sin  :", fmt(d2))
 assert torch.allclose(d1, torch.cos(xs.detach())) and torch.allclose(d2, -torch.sin(xs.detach()))
 
 # %% [markdown]
-# **Why not `.data`?** `t.data` and `t.detach()` both give a tensor sharing memory with `t`
-# outside the graph, but autograd's safety check (a version counter bumped by in-place edits) only
-# sees edits made through `.detach()`. Sigmoid's backward reuses its output
-# ($\sigma' = \sigma(1-\sigma)$), so zeroing that output through `.data` silently makes the
-# gradient wrong, while the same edit through `.detach()` raises an error.
+# ### Why not `.data`?
+#
+# `t.data` and `t.detach()` both give a tensor that shares memory with `t` and stands outside the graph. The
+# difference is autograd's safety check. Every tensor has a **version counter**, `t._version`, which each in-place
+# operation (an operation ending in `_`, notebook 01) increases by one. When autograd saves a tensor for the backward
+# pass it notes the version, and the backward pass raises if the version has changed since. A tensor from
+# `.detach()` shares the version counter of `t`; a tensor from `.data` has a counter of its own, so edits through it
+# go unnoticed.
+#
+# The sigmoid $\sigma(x) = 1/(1 + e^{-x})$ shows the consequence. Its derivative is $\sigma' = \sigma(1-\sigma)$,
+# so its backward reuses its output. Zeroing that output through `.data` silently makes the gradient wrong, while the
+# same edit through `.detach()` raises an error.
 
 # %%
 t = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -281,25 +416,29 @@ correct = torch.sigmoid(t.detach()) * (1 - torch.sigmoid(t.detach()))
 out = t.sigmoid()
 assert out.data.data_ptr() == out.detach().data_ptr() == out.data_ptr()  # all share memory
 out.data.zero_()  # old style: the edit is invisible to autograd
+print("after out.data.zero_()    : out._version =", out._version)
 out.sum().backward()
-print("true gradient           :", fmt(correct))
-print("after editing .data     :", fmt(t.grad), "<- silently wrong")
-assert not torch.allclose(t.grad, correct)
+print("true gradient             :", fmt(correct))
+print("gradient after .data edit :", fmt(t.grad), "<- silently wrong")
+assert out._version == 0 and not torch.allclose(t.grad, correct)
 
 t.grad = None
 out = t.sigmoid()
 out.detach().zero_()  # same edit through .detach(): autograd notices
+print("after out.detach().zero_(): out._version =", out._version)
 try:
     out.sum().backward()
 except RuntimeError as err:
-    print("after editing .detach() :", type(err).__name__, "-", str(err).split(":")[0])
+    print("backward after .detach() edit:", type(err).__name__, "-", str(err).split(":")[0])
+assert out._version == 1
 
 # %% [markdown]
-# **Several inputs, several outputs.** `inputs` may be a list: you get one derivative per input.
-# With a list of `outputs`, the derivatives of all outputs are **summed** — the same as
-# differentiating `y1 + y2`. For $y_1 = x_1x_2$, $y_2 = x_1 + x_2$ at $(1, 2)$:
-# $\nabla y_1 = (2, 1)$ and $\nabla(y_1+y_2) = (3, 2)$. `retain_graph=True` keeps the graph alive for
-# the second call (next section).
+# ### Several inputs, several outputs
+#
+# `inputs` may be a list: you get one derivative per input. With a list of `outputs`, the derivatives of all outputs
+# are **summed**, the same as differentiating `y1 + y2`. For $y_1 = x_1x_2$, $y_2 = x_1 + x_2$ at $(1, 2)$:
+# $\nabla y_1 = (2, 1)$ and $\nabla(y_1+y_2) = (3, 2)$. `retain_graph=True` keeps the graph alive for the second call
+# (section 4 explains why it is needed).
 
 # %%
 x1 = torch.tensor(1.0, requires_grad=True)
@@ -316,23 +455,188 @@ assert (dy1_dx1.item(), dy1_dx2.item()) == (2.0, 1.0)
 assert (d12_dx1, d12_dx2) == (sum_dx1, sum_dx2) == (3.0, 2.0)
 
 # %% [markdown]
+# ## 3. `backward()` on a non-scalar: the `gradient` argument
+#
+# If the output $y$ is not a scalar, "the derivative of $y$" is a whole **Jacobian** (雅可比矩阵)
+# $J_{ij} = \partial y_i / \partial x_j$, and `.grad` has no room for it: `x.grad` must have the shape of `x`. So
+# `backward()` refuses a non-scalar unless you pass a `gradient` tensor $g$ of the same shape as $y$. PyTorch then
+# computes the **vector–Jacobian product** (向量-雅可比积) $g^\top J$, which has the shape of $x$:
+# $(g^\top J)_j = \sum_i g_i\, \partial y_i/\partial x_j$. With $g$ all ones this is the gradient of `y.sum()`.
+# (Older code passes this argument as `grad_variables`; notebook 03 shows the warning that name gives today.)
+
+# %%
+x = torch.tensor([[0.0, 0.0], [1.0, 2.0]], requires_grad=True)
+y = f(x)
+try:
+    y.backward()
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+
+y.backward(gradient=torch.ones_like(y))
+print("y:\n", y.detach())
+print("x.grad with gradient=ones:\n", x.grad)
+assert torch.equal(x.grad, 2 * a * x.detach() + b)
+
+# %% [markdown]
+# Change $g$ and the gradient changes with it: $c = p^2 + q$ with $p = [1, 3]$, $q = [2, 4]$, first with
+# `gradient=[1, 1]` ($p$.grad $= 2p = [2, 6]$), then with `gradient=[1, 2]` ($p$.grad $= [2, 12]$, $q$.grad
+# $= [1, 2]$). The second call needs a fresh graph: calling `backward` again on the same one raises, because the first
+# call freed it (section 4). Keeping the graph with `retain_graph=True` would not give $[2, 12]$ either: the second
+# gradient is *added* to the first, $[2, 6] + [2, 12] = [4, 18]$.
+
+# %%
+p_vec = torch.tensor([1.0, 3.0], requires_grad=True)
+q_vec = torch.tensor([2.0, 4.0], requires_grad=True)
+c_vec = p_vec**2 + q_vec
+c_vec.backward(gradient=torch.tensor([1.0, 1.0]))
+print("gradient [1, 1]: p.grad", p_vec.grad.tolist(), "q.grad", q_vec.grad.tolist())
+try:
+    c_vec.backward(gradient=torch.tensor([1.0, 2.0]))  # a second call on the same graph
+except RuntimeError as err:
+    print("second backward on the same graph:", type(err).__name__, "-", str(err).split(" (")[0])
+p_vec.grad = q_vec.grad = None
+(p_vec**2 + q_vec).backward(gradient=torch.tensor([1.0, 2.0]))  # a fresh graph
+print("gradient [1, 2] on a fresh graph: p.grad", p_vec.grad.tolist(), "q.grad", q_vec.grad.tolist())
+assert p_vec.grad.tolist() == [2.0, 12.0] and q_vec.grad.tolist() == [1.0, 2.0]
+
+p_vec.grad = q_vec.grad = None
+c_kept = p_vec**2 + q_vec
+c_kept.backward(gradient=torch.tensor([1.0, 1.0]), retain_graph=True)
+c_kept.backward(gradient=torch.tensor([1.0, 2.0]))
+print("both on one kept graph:           p.grad", p_vec.grad.tolist(), "<- added up")
+assert p_vec.grad.tolist() == [4.0, 18.0]
+
+# %% [markdown]
+# Passing `gradient=g` is the same as calling `backward()` on the scalar $\sum_i g_i y_i$. Take a $g$ that is not all
+# ones, so that it visibly acts as one weight per output element (as when you weight several loss terms).
+
+# %%
+g = torch.tensor([[1.0, 2.0], [3.0, 4.0]])  # one weight per element of y
+
+x = torch.tensor([[0.0, 0.0], [1.0, 2.0]], requires_grad=True)
+f(x).backward(gradient=g)
+grad_vector_form = x.grad.clone()
+
+x.grad = None
+torch.sum(f(x) * g).backward()  # the scalar form
+print("backward(gradient=g):\n", grad_vector_form)
+print("sum(y * g).backward():\n", x.grad)
+assert torch.equal(grad_vector_form, x.grad)
+
+# %% [markdown]
+# Where is the Jacobian? Autograd never builds it (for a network with millions of inputs it would not fit in memory);
+# each backward formula multiplies the incoming vector by its local Jacobian directly. We can still ask for the full
+# Jacobian. `torch.func` is PyTorch's library of *function transforms*: each takes a function and returns a new one,
+# and `torch.func.jacrev(f)` returns the function that computes $f$'s Jacobian (the older
+# `torch.autograd.functional.jacobian` gives the same). The cell checks that $g^\top J$ is exactly what
+# `backward(gradient=g)` returned. The Jacobian of a `2×2 → 2×2` function has shape `(2, 2, 2, 2)`; flattened to
+# `4×4` it is diagonal here, because $f$ acts element by element: that is why $g$ simply multiplies the gradients
+# element-wise.
+
+# %%
+x0 = torch.tensor([[0.0, 0.0], [1.0, 2.0]])
+J = torch.func.jacrev(f)(x0)  # shape y.shape + x.shape
+assert torch.equal(J, torch.autograd.functional.jacobian(f, x0))
+print("Jacobian shape:", tuple(J.shape))
+
+J2d = J.reshape(4, 4)
+print("flattened to 4x4:\n" + fmt(J2d, 1))
+vjp = (g.reshape(1, 4) @ J2d).reshape(2, 2)
+print("g^T J, reshaped:\n" + fmt(vjp, 1))
+assert torch.equal(J2d, torch.diag(2 * a * x0.flatten() + b))
+assert torch.equal(vjp, grad_vector_form)
+
+# %% [markdown]
+# For a function that mixes elements the Jacobian is not diagonal, and the vector–Jacobian product really is a matrix
+# product. Here $h(v)_i = \sum_{j\le i} v_j^2$ (a running sum of squares), whose Jacobian is lower-triangular with
+# entries $2v_j$.
+
+
+# %%
+def h(v: torch.Tensor) -> torch.Tensor:
+    """Running sum of squares: every output depends on several inputs."""
+    return torch.cumsum(v**2, dim=0)
+
+
+v = torch.tensor([1.0, -1.0, 2.0, 0.5], requires_grad=True)
+w = torch.tensor([1.0, 0.0, 0.0, 1.0])  # the vector of the product
+h(v).backward(gradient=w)
+Jh = torch.func.jacrev(h)(v.detach())
+print("Jacobian of h:\n" + fmt(Jh, 1))
+print("v.grad = w^T J =", fmt(v.grad, 1))
+assert torch.equal(Jh, torch.tril(2 * v.detach().expand(4, 4)))
+assert torch.allclose(v.grad, w @ Jh)
+
+# %% [markdown]
+# ### Forward mode: Jacobian–vector products
+#
+# `backward()` is **reverse-mode** automatic differentiation: it starts at the outputs with a vector $w$ and walks the
+# graph backwards, and one pass gives $w^\top J$, a weighted sum of the Jacobian's *rows*. **Forward-mode automatic
+# differentiation** (前向模式自动微分) goes the other way. It starts at the inputs with a **tangent** (切向量) $u$, a
+# direction in which $x$ moves, and carries next to every value it computes that value's rate of change along $u$.
+# When the output is reached it holds $J u$, the **Jacobian–vector product** (雅可比-向量积): a weighted sum of the
+# Jacobian's *columns*, the directional derivative of $f$ along $u$. It runs together with the forward computation,
+# records no graph and keeps nothing for later.
+#
+# `torch.func.jvp(f, (x,), (u,))` returns the pair $(f(x), Ju)$. On $h$, $Ju$ must equal the Jacobian above times $u$.
+#
+# One PyTorch quirk: in 2.14 the first forward-mode call of a Python process makes PyTorch load its forward-mode
+# rules, and that loading code prints a `FutureWarning` about `torch.jit.script`. The warning is about PyTorch's own
+# code, not yours, and it comes once per process; the cell records it and prints it.
+
+# %%
+u = torch.tensor([1.0, 0.0, 1.0, 0.0])  # the tangent: move v[0] and v[2] together
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    h_value, Ju = torch.func.jvp(h, (v.detach(),), (u,))
+for message in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):  # each distinct one once
+    print("from inside PyTorch:", message)
+assert all("torch.jit.script" in str(warning.message) for warning in caught)
+print("h(v)  =", fmt(h_value, 2))
+print("J u   =", fmt(Ju, 2))
+print("Jh @ u =", fmt(Jh @ u, 2))
+assert torch.allclose(Ju, Jh @ u) and torch.equal(h_value, h(v.detach()))
+
+# %% [markdown]
+# **Which mode is cheaper?** For $f: \mathbb R^n \to \mathbb R^m$ the full Jacobian takes $m$ reverse passes (one per
+# row, with $w$ each unit vector in turn) or $n$ forward passes (one per column). A training loss has $m = 1$ output
+# and millions of parameters as inputs: one reverse pass gives the whole gradient, which is why `backward()` is what
+# training uses. Forward mode wins with few inputs and many outputs, for example the sensitivity of a whole curve to
+# two parameters. The cell computes such a Jacobian both ways with a visible loop (`torch.func.vjp(f, x)` runs `f`
+# once and returns the function $w \mapsto w^\top J$: one reverse pass per call). `torch.func.jacfwd` and
+# `torch.func.jacrev` do the same passes, batched into one call (section 6 shows how, with `vmap`).
+
+# %%
+t_grid = torch.linspace(0.0, 1.0, 1000)
+
+
+def curve(theta: torch.Tensor) -> torch.Tensor:
+    """2 inputs -> 1000 outputs: amplitude theta[1] times a sine of frequency theta[0]."""
+    return theta[1] * torch.sin(theta[0] * t_grid)
+
+
+theta = torch.tensor([3.0, 0.5])
+columns = [torch.func.jvp(curve, (theta,), (e,))[1] for e in torch.eye(2)]  # one forward pass per input
+_, vjp_fn = torch.func.vjp(curve, theta)
+rows = [vjp_fn(e)[0] for e in torch.eye(1000)]  # one reverse pass per output
+J_fwd, J_rev = torch.stack(columns, dim=1), torch.stack(rows)
+print(f"Jacobian {tuple(J_fwd.shape)}: forward mode took {len(columns)} passes, reverse mode {len(rows)}")
+analytic = torch.stack([theta[1] * t_grid * torch.cos(theta[0] * t_grid), torch.sin(theta[0] * t_grid)], dim=1)
+assert torch.allclose(J_fwd, analytic, atol=1e-6) and torch.allclose(J_rev, analytic, atol=1e-6)
+assert torch.allclose(torch.func.jacfwd(curve)(theta), J_fwd) and torch.allclose(torch.func.jacrev(curve)(theta), J_rev)
+
+# %% [markdown]
 # ## 4. The graph is freed; gradients accumulate (梯度累加)
 #
-# PyTorch builds the graph anew at each forward pass (a *dynamic* graph) and, to save memory,
-# frees the intermediate values it saved as soon as a backward pass has used them. A second
-# `backward()` through the same graph therefore fails unless the first one passed
-# `retain_graph=True`. (Notebook 03 studies the graph itself: `grad_fn` chains, leaves, hooks.)
+# PyTorch builds the graph anew at each forward pass (a *dynamic* graph) and, to save memory, frees the intermediate
+# values it saved as soon as a backward pass has used them. A second `backward()` through the same graph therefore
+# fails unless the first one passed `retain_graph=True`. (Notebook 03 studies the graph itself: `grad_fn` chains,
+# leaves, hooks.)
 #
-# The notes' example: $x=3$, $y_1 = x+1$, $y_2 = 2x$, $L=(y_1-y_2)^2$. $x$ reaches $L$ along two
-# paths, and the chain rule (链式法则) says the two contributions are **added**:
+# Take $x=3$, $y_1 = x+1$, $y_2 = 2x$, $L=(y_1-y_2)^2$. $x$ reaches $L$ along two paths, and the chain rule says the
+# two contributions are **added**:
 # $\frac{dL}{dx} = \frac{\partial L}{\partial y_1}\cdot 1 + \frac{\partial L}{\partial y_2}\cdot 2
 # = (-4)(1) + (4)(2) = 4$.
-#
-# The notes say autograd does this sum by adding each contribution into `x.grad`. It does not. During one
-# backward pass (反向传播) the engine collects everything that flows into a node in that node's *input buffer*,
-# adds it there, and runs the node once, when all its inputs have arrived. For a leaf the node is
-# `AccumulateGrad`, which writes `.grad`: it runs **once**, with 4, and a hook on `x` sees 4, never $-4$ and 8
-# apart. Adding into `.grad` is a different mechanism, **across** backward calls: the second cell shows it.
 
 # %%
 x = torch.tensor(3.0, requires_grad=True)
@@ -340,15 +644,9 @@ y1 = x + 1
 y2 = 2 * x
 loss = (y1 - y2) ** 2
 dL_dy1, dL_dy2 = torch.autograd.grad(loss, [y1, y2], retain_graph=True)
-calls = []
-x.register_hook(lambda grad: calls.append(("hook on x", grad.item())))
-accumulate_x = y1.grad_fn.next_functions[0][0]  # x's AccumulateGrad node, shared by both paths
-accumulate_x.register_prehook(lambda grad_outputs: calls.append(("AccumulateGrad", grad_outputs[0].item())))
 loss.backward()
 print("dL/dy1 =", dL_dy1.item(), "| dL/dy2 =", dL_dy2.item(), "| x.grad =", x.grad.item())
-print("calls during one backward:", calls)
 assert x.grad == dL_dy1 * 1 + dL_dy2 * 2 == 4.0
-assert calls == [("hook on x", 4.0), ("AccumulateGrad", 4.0)]  # each once, with the sum
 
 try:
     loss.backward()  # the graph's saved values are gone
@@ -356,8 +654,36 @@ except RuntimeError as err:
     print(f"{type(err).__name__}: {str(err).split('. ')[0]}.")
 
 # %% [markdown]
-# Adding into `.grad` happens *across* backward calls: `.grad` is never reset for you. Three backward
-# passes (keeping the graph) run `AccumulateGrad` three times and give three times the gradient. This is the bug behind "my loss
+# ### A closer look: where the sum happens *(deeper)*
+#
+# Does autograd add $-4$ into `x.grad` and then $8$? It does not. During one backward pass the engine collects
+# everything that flows into a graph node in that node's *input buffer*, adds it there, and runs the node once, when
+# all its inputs have arrived. For a leaf the node is `AccumulateGrad`, the node that writes `.grad`: it runs **once**,
+# with 4.
+#
+# To watch it we use two tools that notebook 03 teaches in full. A **hook** (钩子) is a function you hand to
+# autograd, which calls it with a gradient as that gradient passes: `x.register_hook(fn)` for the gradient of `x`,
+# `node.register_prehook(fn)` for what a node receives. And `y1.grad_fn.next_functions` lists the nodes that feed
+# `y1`'s node: here `x`'s `AccumulateGrad`, shared by both paths. Both hooks fire once, with 4, never with $-4$ and 8
+# apart.
+
+# %%
+x = torch.tensor(3.0, requires_grad=True)
+y1 = x + 1
+y2 = 2 * x
+loss = (y1 - y2) ** 2
+calls = []
+x.register_hook(lambda grad: calls.append(("hook on x", grad.item())))
+accumulate_x = y1.grad_fn.next_functions[0][0]  # x's AccumulateGrad node, shared by both paths
+print("the node behind x:", type(accumulate_x).__name__)
+accumulate_x.register_prehook(lambda grad_outputs: calls.append(("AccumulateGrad", grad_outputs[0].item())))
+loss.backward()
+print("calls during one backward:", calls)
+assert calls == [("hook on x", 4.0), ("AccumulateGrad", 4.0)]  # each once, with the sum
+
+# %% [markdown]
+# Adding into `.grad` happens *across* backward calls: `.grad` is never reset for you. Three backward passes (keeping
+# the graph) run `AccumulateGrad` three times and give three times the gradient. This is the bug behind "my loss
 # explodes" when `zero_grad()` is forgotten in a training loop.
 
 # %%
@@ -369,13 +695,14 @@ for i in range(3):
 assert x.grad.item() == 3 * 4.0
 
 # %% [markdown]
-# Accumulation is also a tool: **gradient accumulation** (梯度累加) splits a batch that does not fit in memory
-# into micro-batches, calls `backward()` on each (scaled by 1/number of micro-batches, because the
-# loss is a mean) and steps once. The result equals the full-batch gradient.
+# Accumulation is also a tool: **gradient accumulation** (梯度累加) splits a batch that does not fit in memory into
+# micro-batches, calls `backward()` on each (scaled by 1/number of micro-batches, because the loss is a mean over the
+# batch) and steps once. The result equals the full-batch gradient. Below, `nn.Linear(3, 1)` (with its bias this
+# time) and the default `nn.MSELoss()`, which averages; `X.chunk(4)` splits `X` into 4 equal pieces along dimension 0.
 #
-# To reset gradients, `model.zero_grad()` / `optimizer.zero_grad()` now set `.grad` to `None` by
-# default (`set_to_none=True` since PyTorch 2.0: no memory is written, and an optimizer skips a
-# parameter whose `.grad` is `None`); `set_to_none=False` fills them with zeros as in older versions.
+# To reset gradients, `model.zero_grad()` and `optimizer.zero_grad()` set `.grad` to `None` by default
+# (`set_to_none=True` since PyTorch 2.0: no memory is written, and an optimizer skips a parameter whose `.grad` is
+# `None`); `set_to_none=False` fills them with zeros as older versions did.
 
 # %%
 seed_everything(0)
@@ -405,11 +732,11 @@ assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 # %% [markdown]
 # ## 5. Minimising a function with an optimizer (优化器)
 #
-# An **optimizer** (优化器) turns gradients into updates of the **parameters** (参数) it was given, the tensors being learned. The notes minimise $f(x) = x^2 - 2x + 1 = (x-1)^2$ with
-# `SGD(lr=0.01)` for 500 steps, each step doing the three-line ritual `zero_grad()` → `backward()` →
-# `step()`. SGD's update is $x \leftarrow x - \eta f'(x) = x - \eta(2x - 2)$, so
-# $x_k - 1 = (1 - 2\eta)^k (x_0 - 1)$: from $x_0 = 0$ we can check every step against
-# $x_k = 1 - (1-2\eta)^k$.
+# Section 1 trained a network with `torch.optim.SGD`; on a function of one variable every step can be predicted.
+# Minimise section 2's $f(x) = x^2 - 2x + 1 = (x-1)^2$ with `SGD(params=[x], lr=0.01)` for 500 steps (an optimizer
+# takes any list of tensors that require gradients), each step the three lines `zero_grad()` → `backward()` →
+# `step()`. SGD's update is $x \leftarrow x - \eta f'(x) = x - \eta(2x - 2)$, so $x_k - 1 = (1 - 2\eta)^k (x_0 - 1)$:
+# from $x_0 = 0$ we can check every step against $x_k = 1 - (1-2\eta)^k$.
 
 
 # %%
@@ -435,10 +762,10 @@ assert torch.allclose(path, 1 - (1 - 2 * 0.01) ** k, atol=1e-5)
 assert abs(x_final.item() - 1.0) < 1e-4
 
 # %% [markdown]
-# The closed form also tells us how the **learning rate** (学习率) matters: the distance to the minimum is
-# multiplied by $|1-2\eta|$ every step. $\eta = 0.01$ crawls, $\eta = 0.3$ is fast, $\eta = 0.95$
-# overshoots and zig-zags across the minimum, and $\eta > 1$ diverges. Left: the paths on the
-# parabola; right: the distance to the minimum (dots) against the prediction $|1-2\eta|^k$ (lines).
+# The closed form also tells how the learning rate matters: the distance to the minimum is multiplied by
+# $|1-2\eta|$ every step. $\eta = 0.01$ crawls, $\eta = 0.3$ is fast, $\eta = 0.95$ overshoots and zig-zags across the
+# minimum, and $\eta > 1$ diverges. Left: the paths on the parabola; right: the distance to the minimum (dots) against
+# the prediction $|1-2\eta|^k$ (lines).
 
 # %%
 lrs = [0.01, 0.3, 0.95, 1.05]
@@ -475,24 +802,26 @@ plt.show()
 # %% [markdown]
 # ## 6. Custom Functions (自定义算子)
 #
-# Every node of the graph is a `Function`: it knows how to compute its output (`forward`) and how to
-# turn the gradient of its output into gradients of its inputs (`backward`). You can write your
-# own, a **custom Function** (自定义算子), by subclassing `torch.autograd.Function` with two static methods:
+# Every node of the graph knows how to compute its output (`forward`) and how to turn the gradient of its output into
+# gradients of its inputs (`backward`). PyTorch brings one for each operation (`AddBackward0`, `MulBackward0`, ...).
+# You can write your own, a **custom Function** (自定义算子), by subclassing `torch.autograd.Function` with two static
+# methods:
 #
-# * `forward(ctx, *inputs)` computes the result; `ctx.save_for_backward(...)` stores the **tensors**
-#   that backward will need, other values can be stored as attributes of `ctx`;
-# * `backward(ctx, grad_output)` receives $\partial L/\partial\,\text{output}$ and returns one
-#   gradient per input of `forward` (`None` for inputs that have no gradient).
+# * `forward(ctx, *inputs)` computes the result; `ctx.save_for_backward(...)` stores the **tensors** that backward
+#   will need, other values can be stored as attributes of `ctx`;
+# * `backward(ctx, grad_output)` receives $\partial L/\partial\,\text{output}$ and returns one gradient per input of
+#   `forward` (`None` for inputs that have no gradient).
 #
 # You call it through `.apply(...)`, never by instantiating the class.
 #
 # ### `MyReLU`
 #
-# The notes' ReLU saves its input and zeroes the gradient where the input was negative. Their
-# example uses a tiny linear model; note that `Y_hat` has shape `(2, 1)` and `Y` has shape `(1, 2)`,
-# so `Y_hat - Y` silently broadcasts to `2×2` (probably not what was intended, but it is what
-# produces the notes' numbers `4.5`). The check that matters: the gradients equal those of the
-# built-in `torch.relu`.
+# A ReLU that saves its input and zeroes the gradient where the input was negative. We use it in a tiny linear model,
+# $\hat Y = \mathrm{ReLU}(X w^\top + b)$ with a mean squared error, and check that the gradients equal those of the
+# built-in `torch.relu`. `torch.autograd.gradcheck(fn, inputs)` then compares the backward with finite differences
+# (section 7 explains it). Look at the shapes: `Y_hat` is `(2, 1)` and `Y` is `(1, 2)`, so `Y_hat - Y` silently
+# broadcasts to `2×2`. The example runs, but every prediction is compared with both targets: probably not what was
+# meant, and a classic bug of loss functions. The gradients `4.5` come from that `2×2` difference.
 
 
 # %%
@@ -529,9 +858,10 @@ assert torch.equal(w_grad, w_ref) and torch.equal(b_grad, b_ref)
 assert torch.equal(w_grad, torch.tensor([[4.5, 4.5]]))
 
 # %% [markdown]
-# One subtle difference: at exactly 0 ReLU has no derivative. `MyReLU` lets the gradient through
-# there (it only zeroes `input < 0`), the built-in chooses 0. Both are valid *subgradients*, but
-# a numerical check near 0 would flag either, so `gradcheck` below stays away from the kink.
+# One subtle difference: at exactly 0 ReLU has a kink and no derivative. Any slope between 0 and 1 is a valid choice
+# there (a *subgradient*, 次梯度: the slope of a line through the kink that stays below the graph). `MyReLU` lets the
+# gradient through at 0 (it only zeroes `input < 0`), the built-in chooses 0. A numerical check at 0 would flag
+# either, so `gradcheck` below stays away from the kink.
 
 # %%
 z = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
@@ -547,9 +877,8 @@ print("gradcheck(MyReLU) away from 0: passed")
 # %% [markdown]
 # ### `Exp`: saving the output
 #
-# For $e^x$ the derivative is the output itself, so `Exp` saves its **result** rather than its
-# input, then multiplies: $\partial L/\partial x = \partial L/\partial y \cdot e^x$.
-# At $x=1$ the gradient is $e \approx 2.7183$.
+# For $e^x$ the derivative is the output itself, so `Exp` saves its **result** rather than its input, then
+# multiplies: $\partial L/\partial x = \partial L/\partial y \cdot e^x$. At $x=1$ the gradient is $e \approx 2.7183$.
 
 
 # %%
@@ -576,15 +905,18 @@ assert torch.autograd.gradcheck(Exp.apply, (torch.randn(5, dtype=torch.float64, 
 # %% [markdown]
 # ### `GradCoeff`: a non-tensor argument and a `None` gradient
 #
-# `GradCoeff.apply(x, coeff)` is the identity going forward but multiplies the gradient by `coeff`
-# going backward (with a negative `coeff` it is the *gradient reversal layer* used in domain
-# adaptation). `coeff` is a Python float, so it is stored as an attribute of `ctx` (not with
-# `save_for_backward`, which is for tensors). `backward` must return **one value per input of
-# forward**, so it returns `None` for `coeff`. The forward returns `x.view_as(x)`, a new tensor
-# object sharing `x`'s memory, so that the output gets its own `grad_fn`.
+# `GradCoeff.apply(x, coeff)` is the identity going forward but multiplies the gradient by `coeff` going backward.
+# With a negative `coeff` it reverses the gradient: a *gradient reversal layer*, which trains the layers before it to
+# make a later classifier *worse* (used to learn features that do not reveal, say, which dataset an image came
+# from). `coeff` is a Python float, so it is stored as an attribute of `ctx` (`save_for_backward` is for tensors).
+# `backward` must return **one value per input of forward**, so it returns `None` for `coeff`.
 #
-# With $x=2$, $L = (\text{GradCoeff}(x, -0.1))^2$: the forward value is $4$ and the gradient
-# $2x \cdot (-0.1) = -0.4$. Forgetting the `None` is an error.
+# The forward returns `x.view_as(x)`, as older code does; returning `x` itself works as well. Autograd notices that
+# an input is returned unchanged and hands back a new tensor, a view of `x` (`y._base is x`), that carries the
+# Function's `grad_fn`: the second half of the cell checks it. `view_as` only makes that explicit.
+#
+# With $x=2$, $L = (\text{GradCoeff}(x, -0.1))^2$: the forward value is $4$ and the gradient $2x \cdot (-0.1) = -0.4$.
+# Forgetting the `None` is an error.
 
 
 # %%
@@ -607,6 +939,23 @@ assert torch.equal(ret.detach(), x.detach() ** 2)
 assert torch.allclose(x.grad, torch.tensor([-0.4]))
 
 
+class GradCoeffReturnsInput(GradCoeff):
+    @staticmethod
+    def forward(ctx, x, coeff):
+        ctx.coeff = coeff
+        return x  # the input itself
+
+
+x.grad = None
+out = GradCoeffReturnsInput.apply(x, -0.1)
+(out**2).backward()
+print(
+    f"returning x: out is x {out is x}, out._base is x {out._base is x}, "
+    f"grad_fn {type(out.grad_fn).__name__}, x.grad {fmt(x.grad)}"
+)
+assert out is not x and out._base is x and torch.allclose(x.grad, torch.tensor([-0.4]))
+
+
 class GradCoeffMissingNone(GradCoeff):
     @staticmethod
     def backward(ctx, grad_output):
@@ -621,12 +970,20 @@ except RuntimeError as err:
 # %% [markdown]
 # ### `LinearFunction` and `ctx.needs_input_grad`
 #
-# The notes' linear layer $y = xW^\top + b$ has three inputs. `ctx.needs_input_grad` is a tuple
-# of booleans, one per input of forward, telling backward which gradients are actually wanted, so
-# it can skip work (here: when the data `input` does not require a gradient, the matrix product
-# for `grad_input` is skipped). Returning gradients nobody asked for is not an error, only waste.
-# The class records what it saw so we can print it, and we compare with the built-in `F.linear`
-# and with `gradcheck`.
+# A linear layer $y = xW^\top + b$ with `x` of shape `(N, in)`, `W` of shape `(out, in)` and `b` of shape `(out,)`.
+# Its backward follows from section 1.1's rule for a matrix product $Y = AB$ ($\partial L/\partial A = GB^\top$,
+# $\partial L/\partial B = A^\top G$), with $A = x$, $B = W^\top$ and $G = \partial L/\partial y$:
+#
+# * $\partial L/\partial x = G\,W$, shape `(N, in)`;
+# * $\partial L/\partial W^\top = x^\top G$, so $\partial L/\partial W = G^\top x$, shape `(out, in)`;
+# * $b$ is added to every row (broadcast), so each row's gradient reaches it: $\partial L/\partial b$ is $G$ summed
+#   over the rows, `G.sum(0)`.
+#
+# Three inputs, so backward returns three gradients. `ctx.needs_input_grad` is a tuple of booleans, one per input of
+# forward, telling backward which gradients are actually wanted, so it can skip work (here: when the data `input` does
+# not require a gradient, the matrix product for `grad_input` is skipped). Returning gradients nobody asked for is not
+# an error, only waste. The class records what it saw so we can print it, and we compare with the built-in `F.linear`
+# (the function behind `nn.Linear`) and with `gradcheck`.
 
 
 # %%
@@ -674,10 +1031,12 @@ print("needs_input_grad during gradcheck:      ", LinearFunction.seen_needs_inpu
 print("matches F.linear and passes gradcheck")
 
 # %% [markdown]
-# **The modern `setup_context` style.** The classic style above (`forward(ctx, ...)`) is fine for
-# `backward()` and `autograd.grad`. The function transforms of `torch.func` (`jacrev`, `vmap`,
-# `grad`, ...) however need `forward` *without* `ctx` and a separate `setup_context(ctx, inputs,
-# output)` that saves what backward needs. Only the split differs; `backward` is unchanged.
+# ### Custom Functions under `torch.func`: `setup_context`, `vmap`, `jvp` *(deeper)*
+#
+# The classic style above (`forward(ctx, ...)`) is fine for `backward()` and `autograd.grad`. The function transforms
+# of `torch.func` (`jacrev`, `grad`, `vmap`, `jvp`, ...) however need `forward` *without* `ctx` and a separate
+# `setup_context(ctx, inputs, output)` that saves what backward needs. Only the split differs; `backward` is
+# unchanged. With it, `jacrev` works:
 
 
 # %%
@@ -706,10 +1065,30 @@ print("ExpV2 under jacrev:\n" + fmt(J_exp))
 assert torch.allclose(J_exp, torch.diag(x3.exp()))
 
 # %% [markdown]
-# `jacrev` and `grad` only need the split. `vmap` (and `jacfwd`, which uses it) needs one more thing: a rule for
-# running the Function on a batch. Either write a `vmap` static method, or set `generate_vmap_rule = True`, which
-# lets PyTorch derive the rule by running `forward`/`backward` under `vmap` themselves (possible when they are
-# made of PyTorch operations, as here).
+# **What `vmap` does.** `torch.func.vmap(fn)`, the **vectorizing map** (向量化映射), turns a function written for one
+# example into one that takes a whole batch along dimension 0: `vmap(fn)(X)` equals
+# `torch.stack([fn(row) for row in X])`, computed in one call instead of a Python loop. `jacrev` and `jacfwd` use it to
+# run all their passes (one per row or column of the Jacobian) at once.
+
+# %%
+weights = torch.tensor([1.0, -1.0, 2.0])
+
+
+def score(row: torch.Tensor) -> torch.Tensor:
+    """Written for one example: a dot product and a square."""
+    return (row @ weights) ** 2
+
+
+batch = torch.arange(6.0).reshape(2, 3)
+looped = torch.stack([score(row) for row in batch])
+vmapped = torch.func.vmap(score)(batch)
+print("loop:", looped.tolist(), "| vmap:", vmapped.tolist())
+assert torch.equal(looped, vmapped)
+
+# %% [markdown]
+# A custom Function under `vmap` needs one more thing: a rule for running it on a batch. Either write a `vmap` static
+# method, or set `generate_vmap_rule = True`, which lets PyTorch derive the rule by running `forward`/`backward`
+# under `vmap` themselves (possible when they are made of PyTorch operations, as here).
 
 # %%
 batch3 = torch.stack([x3, x3 + 1])
@@ -728,16 +1107,49 @@ print("ExpV3 (generate_vmap_rule = True) under vmap: shape", tuple(batched.shape
 assert torch.allclose(batched, batch3.exp())
 
 # %% [markdown]
+# **Forward mode needs a `jvp`.** `torch.func.jvp` and `jacfwd` (which is `vmap` over `jvp`) run forward mode
+# (section 3), and forward mode never calls `backward`: it pushes a tangent through each operation. A custom Function
+# therefore needs a third static method, `jvp(ctx, *tangents)`, which receives one tangent per input of forward and
+# returns the tangent of the output, $\frac{\partial\,\text{output}}{\partial\,\text{input}}\cdot$ tangent. Tensors it
+# needs are saved in `setup_context` with `ctx.save_for_forward(...)` (`save_for_backward` serves `backward`); both come
+# back as `ctx.saved_tensors`. For $e^x$ the tangent of the output is tangent $\times\, e^x$.
+
+# %%
+try:
+    torch.func.jacfwd(ExpV3.apply)(x3)
+except NotImplementedError as err:
+    print("ExpV3 under jacfwd:", type(err).__name__, "-", err)
+
+
+class ExpV4(ExpV3):
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)  # for jvp
+
+    @staticmethod
+    def jvp(ctx, x_tangent):
+        (result,) = ctx.saved_tensors
+        return x_tangent * result
+
+
+J_fwd_exp = torch.func.jacfwd(ExpV4.apply)(x3)
+_, exp_tangent = torch.func.jvp(ExpV4.apply, (x3,), (torch.ones(3),))
+print("ExpV4 under jacfwd:\n" + fmt(J_fwd_exp))
+print("jvp with tangent [1, 1, 1]:", fmt(exp_tangent))
+assert torch.allclose(J_fwd_exp, J_exp) and torch.allclose(exp_tangent, x3.exp())
+
+# %% [markdown]
 # ## 7. Checking a Function: `gradcheck` and `gradgradcheck` (梯度检查)
 #
-# A hand-written `backward` is easy to get wrong, and a wrong gradient does not crash: training just
-# goes badly. A **gradient check** (梯度检查), `torch.autograd.gradcheck(fn, inputs)`, compares your analytical
-# Jacobian with a numerical one from central finite differences $\frac{f(x+\epsilon)-f(x-\epsilon)}{2\epsilon}$,
-# and `gradgradcheck` does the same for the second derivative (the backward of your backward).
+# A hand-written `backward` is easy to get wrong, and a wrong gradient does not crash: training just goes badly. A
+# **gradient check** (梯度检查), `torch.autograd.gradcheck(fn, inputs)`, compares your analytical Jacobian with a
+# numerical one from central finite differences $\frac{f(x+\epsilon)-f(x-\epsilon)}{2\epsilon}$, and
+# `gradgradcheck` does the same for the second derivative (the backward of your backward).
 #
-# The notes' `Square` writes its backward with ordinary differentiable tensor operations
-# (`grad_out * 2 * x`), so autograd can record the backward too and double backward works for free.
-# Below, a buggy `Square` that forgets the factor 2 is caught by `gradcheck`.
+# `Square` writes its backward with ordinary differentiable tensor operations (`grad_out * 2 * x`), so autograd can
+# record the backward too and double backward works for free. Below, a buggy `Square` that forgets the factor 2 is
+# caught by `gradcheck`.
 
 
 # %%
@@ -772,10 +1184,9 @@ else:
     raise AssertionError("gradcheck should have caught the bug")
 
 # %% [markdown]
-# **Why float64.** Finite differences subtract two nearly equal numbers and divide by a tiny
-# $\epsilon$ (gradcheck uses $10^{-6}$). In float32, whose spacing near 1 is about $10^{-7}$, that
-# rounding error is amplified to the percent level, so a correct backward would look wrong.
-# In float64 the error is negligible.
+# **Why float64.** Finite differences subtract two nearly equal numbers and divide by a tiny $\epsilon$ (gradcheck
+# uses $10^{-6}$). In float32, whose spacing near 1 is about $10^{-7}$, that rounding error is amplified to the percent
+# level, so a correct backward would look wrong. In float64 the error is negligible.
 
 # %%
 for dtype in (torch.float32, torch.float64):
@@ -789,12 +1200,13 @@ for dtype in (torch.float32, torch.float64):
 # %% [markdown]
 # ### `once_differentiable`
 #
-# Decorating `backward` with `@once_differentiable` runs it with autograd switched off, so its result
-# cannot be differentiated again. Use it when `backward` is written with operations autograd cannot
-# follow (NumPy, a C extension, in-place tricks): it then marks the result so that a *second* backward
-# through it raises instead of computing nonsense. When `backward` is made of PyTorch operations, leave
-# it out: double backward then works for free. The same `Square` with the decorator still passes
-# `gradcheck` but fails `gradgradcheck`, whose message shows the second derivative it got: zeros.
+# Decorating `backward` with `@once_differentiable` runs it with autograd switched off, so its result cannot be
+# differentiated again. Use it when `backward` is written with operations autograd cannot follow (NumPy, a C
+# extension, in-place tricks): it then marks the result so that a *second* backward through it raises instead of
+# computing nonsense. (If such a backward must be differentiable after all, write it as a second custom Function
+# with a backward of its own, as PyTorch's tutorial on double backward does.) When `backward` is made of PyTorch
+# operations, leave the decorator out: double backward then works for free. The same `Square` with the decorator still passes `gradcheck` but fails `gradgradcheck`, whose message shows
+# the second derivative it got: zeros.
 
 
 # %%
@@ -823,15 +1235,17 @@ else:
     raise AssertionError("gradgradcheck should fail for a once-differentiable backward")
 
 # %% [markdown]
-# **It is not a safety net.** The decorator only raises when the *plain* `.backward()` walks into it. A gradient
-# penalty computed with `torch.autograd.grad(total, params)` (section 9) gets no error: the penalty's path through
-# the once-differentiable backward is silently skipped, and the gradient is that of the data term alone. With
-# $L = w \sum x_i^2 + \lVert \partial L_0/\partial x \rVert^2$ the true $dL/dw$ is $2.5 + 40 = 42.5$:
+# **It is not a safety net.** The decorator only raises when the *plain* `.backward()` walks into it. Take a data
+# term $L_0 = w \sum_i x_i^2$ with $w = 2$, $x = [0.5, 1.5]$, and add a *gradient penalty*, the squared norm of its
+# gradient with respect to $x$ (section 9 trains a model with one): $L = L_0 + \lVert \partial L_0/\partial x
+# \rVert^2 = w\sum x_i^2 + 4w^2 \sum x_i^2$. The true $dL/dw = \sum x_i^2 + 8w\sum x_i^2 = 2.5 + 40 = 42.5$.
+# Computed with `torch.autograd.grad(total, [w])` through `SquareOnce`, there is no error: the penalty's path through
+# the once-differentiable backward is silently skipped, and the gradient is that of the data term alone, 2.5.
 
 
 # %%
 def penalty_gradient(square_fn):
-    """dL/dw for L = L0 + ||dL0/dx||^2 with L0 = w * sum(square_fn(x)), w = 2, x = [0.5, 1.5]."""
+    """(L, w) for L = L0 + ||dL0/dx||^2 with L0 = w * sum(square_fn(x)), w = 2, x = [0.5, 1.5]."""
     w = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
     xs = torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True)
     data_term = (w * square_fn(xs)).sum()
@@ -853,20 +1267,82 @@ assert torch.autograd.grad(*penalty_gradient(Square.apply))[0].item() == 42.5
 assert torch.autograd.grad(*penalty_gradient(SquareOnce.apply))[0].item() == 2.5  # the penalty term is lost
 
 # %% [markdown]
-# ### A 2-D convolution as a Function
+# ### Saving intermediate results: the double-backward trap
 #
-# The notes (following the official "fusing convolution and batch norm" tutorial) write a
-# convolution whose backward uses two identities, for a convolution without bias, stride 1 and no
+# `forward` runs with autograd switched off, so every tensor it computes is a constant for autograd, with no path back
+# to the input. Saving the **input** (`Square`) or the **output** (`Exp`) is safe: during double backward autograd
+# reconnects them to the graph. Saving an **intermediate** result breaks the second derivative, without an error.
+#
+# $\sinh x = (e^x - e^{-x})/2$ has derivative $\cosh x = (e^x + e^{-x})/2$, so it is tempting to compute $e^x$ and
+# $e^{-x}$ once in forward and save both. `SinhSavesIntermediates` does that. Its first derivative is right; its
+# second derivative treats $e^{\pm x}$ as constants. With $L = \sinh(x)^2$: $dL/dx = \sinh 2x$ and the true
+# $d^2L/dx^2 = 2\cosh 2x$, but the saved intermediates give $2\cosh^2 x$.
+#
+# The fix is to make the intermediates outputs of the Function, so that autograd records them: `forward` returns
+# them too, `backward` receives one gradient per output and adds their contributions (here $e^x$ and $-e^{-x}$ times
+# the gradients of those outputs), and a wrapper returns only the first output. A simpler fix, when recomputing is
+# cheap, is to save the input and recompute in backward (`grad_out * torch.cosh(x)`).
+
+
+# %%
+class SinhSavesIntermediates(Function):
+    @staticmethod
+    def forward(ctx, x):
+        exp_x, exp_neg_x = torch.exp(x), torch.exp(-x)
+        ctx.save_for_backward(exp_x, exp_neg_x)  # intermediates: constants for autograd
+        return (exp_x - exp_neg_x) / 2
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        exp_x, exp_neg_x = ctx.saved_tensors
+        return grad_out * (exp_x + exp_neg_x) / 2
+
+
+class SinhWithOutputs(Function):
+    @staticmethod
+    def forward(ctx, x):
+        exp_x, exp_neg_x = torch.exp(x), torch.exp(-x)
+        ctx.save_for_backward(exp_x, exp_neg_x)  # now outputs, so autograd can reconnect them
+        return (exp_x - exp_neg_x) / 2, exp_x, exp_neg_x
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):
+        exp_x, exp_neg_x = ctx.saved_tensors
+        return grad_out * (exp_x + exp_neg_x) / 2 + grad_exp_x * exp_x - grad_exp_neg_x * exp_neg_x
+
+
+def sinh_fixed(x):
+    return SinhWithOutputs.apply(x)[0]  # the caller sees one output
+
+
+xs = torch.tensor([0.5, 1.0], dtype=torch.float64, requires_grad=True)
+print("true d2L/dx2 = 2 cosh(2x):", fmt(2 * torch.cosh(2 * xs.detach())))
+for name, fn in (("saves intermediates", SinhSavesIntermediates.apply), ("returns them", sinh_fixed)):
+    (d1,) = torch.autograd.grad(fn(xs).square().sum(), xs, create_graph=True)
+    (d2,) = torch.autograd.grad(d1.sum(), xs)
+    passed = torch.autograd.gradgradcheck(fn, (xs,), raise_exception=False)
+    print(f"{name:20}: dL/dx {fmt(d1)}, d2L/dx2 {fmt(d2)}, gradgradcheck passes: {passed}")
+    assert torch.allclose(d1, torch.sinh(2 * xs.detach()))
+    expected_d2 = 2 * torch.cosh(xs.detach()) ** 2 if name.startswith("saves") else 2 * torch.cosh(2 * xs.detach())
+    assert torch.allclose(d2, expected_d2) and passed == name.startswith("returns")
+
+# %% [markdown]
+# ### A 2-D convolution as a Function *(deeper)*
+#
+# A **convolution** (卷积) slides a small weight tensor, the kernel, over an image and takes a weighted sum of the
+# pixels under it at each position; `F.conv2d(X, weight)` does it for a batch `X` of shape (images, channels, height,
+# width) and a weight of shape (output channels, input channels, kernel height, kernel width). Notebook 04 explains
+# convolutions with pictures. Its backward uses two identities, for a convolution without bias, stride 1 and no
 # padding:
 #
-# * gradient w.r.t. the input = a **transposed convolution** of `grad_out` with the same weight;
-# * gradient w.r.t. the weight = a convolution of the input with `grad_out`, with the batch and
-#   channel dimensions swapped (`transpose(0, 1)`) so that the sum over the batch becomes the
-#   sum over "channels" that `conv2d` performs.
+# * gradient w.r.t. the input = a **transposed convolution** (转置卷积) of `grad_out` with the same weight: it spreads
+#   each output value back over the input pixels it was computed from;
+# * gradient w.r.t. the weight = a convolution of the input with `grad_out`, with the batch and channel dimensions
+#   swapped (`transpose(0, 1)`) so that the sum over the batch becomes the sum over "channels" that `conv2d`
+#   performs.
 #
-# (The notes call the weight gradient `grad_input`; it is renamed `grad_weight` here.) We check it
-# with `gradcheck` in float64 on the notes' shapes, and against the gradients of the built-in
-# `F.conv2d`.
+# This is the custom Function of PyTorch's tutorial on fusing convolution and batch norm. We check it with
+# `gradcheck` in float64, and against the gradients of the built-in `F.conv2d`.
 
 
 # %%
@@ -883,7 +1359,7 @@ class Conv2D(Function):
         return F.conv2d(X, weight)
 
     @staticmethod
-    @once_differentiable  # as in the notes; Conv2DTwice below does without it
+    @once_differentiable  # not needed: Conv2DTwice below does without it
     def backward(ctx, grad_out):
         X, weight = ctx.saved_tensors
         return convolution_backward(grad_out, X, weight)
@@ -903,11 +1379,10 @@ for p, q in zip(mine, builtin):
 print("gradients (input, weight) shaped", [tuple(g.shape) for g in mine], "equal those of F.conv2d within 1e-10")
 
 # %% [markdown]
-# Asking for a second derivative through it with `.backward()` raises (with `autograd.grad` it could be
-# silently dropped, as shown above). Here the decorator is not even needed: `convolution_backward` is
-# made of `conv2d` and `conv_transpose2d`, which autograd can differentiate, so without it the Function
-# is twice differentiable and passes `gradgradcheck` (on smaller shapes, to keep the numerical check
-# quick).
+# Asking for a second derivative through it with `.backward()` raises (with `autograd.grad` it could be silently
+# dropped, as shown above). Here the decorator is not even needed: `convolution_backward` is made of `conv2d` and
+# `conv_transpose2d`, which autograd can differentiate, so without it the Function is twice differentiable and passes
+# `gradgradcheck` (on smaller shapes, to keep the numerical check quick).
 
 # %%
 out = Conv2D.apply(X, weight)
@@ -936,12 +1411,11 @@ print("gradgradcheck(Conv2DTwice):", torch.autograd.gradgradcheck(Conv2DTwice.ap
 # %% [markdown]
 # ## 8. `backward` versus `autograd.grad`
 #
-# The notes read PyTorch's source: `Tensor.backward` calls `torch.autograd.backward`, and both that
-# and `torch.autograd.grad` call the same autograd engine; the one difference is a flag,
-# `accumulate_grad=True` for `backward` (results are **added into `.grad`** of the leaves, nothing is
-# returned) and `accumulate_grad=False` for `grad` (results are **returned**, `.grad` is untouched).
-# In current PyTorch the engine call is named `_engine_run_backward` (the notes show the older
-# `Variable._execution_engine.run_backward`), but the flags are the same:
+# The two are one engine behind two doors. `Tensor.backward` calls `torch.autograd.backward`, and both that and
+# `torch.autograd.grad` call the same autograd engine through `_engine_run_backward`; the one difference is a flag,
+# `accumulate_grad=True` for `backward` (results are **added into `.grad`** of the leaves, nothing is returned) and
+# `accumulate_grad=False` for `grad` (results are **returned**, `.grad` is untouched). PyTorch 1.x called the engine
+# as `Variable._execution_engine.run_backward`, with the same flags. The cell reads the installed source:
 
 # %%
 src_tensor_backward = inspect.getsource(torch.Tensor.backward)
@@ -955,9 +1429,8 @@ assert "_engine_run_backward(" in src_backward and "_engine_run_backward(" in sr
 assert "accumulate_grad=True" in src_backward and "accumulate_grad=True" not in src_grad
 
 # %% [markdown]
-# The behaviour that follows, on a two-parameter expression: `grad` returns and leaves `.grad`
-# alone; `backward` returns `None` and accumulates; `backward(inputs=[...])` accumulates only into
-# the tensors you list.
+# The behaviour that follows, on a two-parameter expression: `grad` returns and leaves `.grad` alone; `backward`
+# returns `None` and accumulates; `backward(inputs=[...])` accumulates only into the tensors you list.
 
 # %%
 p = torch.tensor(2.0, requires_grad=True)
@@ -975,27 +1448,84 @@ print("backward(inputs=[p]) again  | p.grad, q.grad:", p.grad.item(), q.grad.ite
 assert (p.grad.item(), q.grad.item()) == (24.0, 4.0)
 
 # %% [markdown]
+# ### `retain_graph` defaults to `create_graph`
+#
+# Both functions take `retain_graph=None` and then set `retain_graph = create_graph`. So a call with
+# `create_graph=True` keeps the graph as well: a later `backward()` through the same graph still works, which is what
+# section 9's recipe relies on. A plain call frees it.
+
+# %%
+for name, src in (("autograd.backward", src_backward), ("autograd.grad", src_grad)):
+    print(f"{name:17}:", [line.strip() for line in src.splitlines() if "retain_graph = create_graph" in line])
+    assert "if retain_graph is None:\n        retain_graph = create_graph" in src
+
+for create_graph in (True, False):
+    p = torch.tensor(2.0, requires_grad=True)
+    loss = p**3
+    torch.autograd.grad(loss, p, create_graph=create_graph)  # retain_graph not given
+    try:
+        loss.backward()
+        print(f"create_graph={create_graph!s:5}: a later backward() works, p.grad = {p.grad.item()}")
+    except RuntimeError as err:
+        print(f"create_graph={create_graph!s:5}: a later backward() fails: {str(err).split(' (')[0]}")
+    assert (p.grad is not None) == create_graph
+
+# %% [markdown]
+# ### `allow_unused`: inputs the output does not depend on
+#
+# Asking `autograd.grad` for the gradient with respect to a tensor the output does not depend on is an error, since
+# it usually means a bug (a layer left out of the forward pass). When it is expected, as for a gradient over all the
+# parameters of a model whose current loss uses only some of its parts, `allow_unused=True` returns `None` for
+# those, and `materialize_grads=True` returns zeros instead. (`backward()` simply leaves their `.grad` alone.)
+#
+# The signature of `autograd.grad` has one more argument, `only_inputs`, which older code passes. It is ignored
+# (gradients are only ever returned for `inputs`), and `only_inputs=False` warns. `show_warning(fn, category, text)`,
+# a helper of the course, runs `fn` and prints the warning it raises.
+
+# %%
+used, unused = nn.Linear(3, 1), nn.Linear(3, 1)  # a loss that uses only the first layer
+params = list(used.parameters()) + list(unused.parameters())
+loss = used(torch.ones(2, 3)).sum()
+try:
+    torch.autograd.grad(loss, params, retain_graph=True)
+except RuntimeError as err:
+    print(f"{type(err).__name__}: {err}")
+grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+print("allow_unused=True:     ", [None if g is None else tuple(g.shape) for g in grads])
+grads0 = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True, materialize_grads=True)
+print("materialize_grads=True:", [fmt(g, 1) for g in grads0[2:]], "for the unused layer")
+assert grads[2] is None and grads[3] is None and all(torch.count_nonzero(g) == 0 for g in grads0[2:])
+
+used(torch.ones(2, 3)).sum().backward()
+print("after backward(): unused.weight.grad =", unused.weight.grad, "| used.weight.grad:", fmt(used.weight.grad, 1))
+assert unused.weight.grad is None and used.weight.grad is not None
+
+_ = show_warning(lambda: torch.autograd.grad(loss, params[:2], only_inputs=False), FutureWarning, "only_inputs")
+
+# %% [markdown]
 # ## 9. Gradient penalty (梯度惩罚)
 #
-# A **gradient penalty** (梯度惩罚) adds the norm of the loss's gradient w.r.t. the parameters to the loss
-# itself (it favours flat regions; WGAN-GP uses the gradient w.r.t. the *inputs* instead, with the
-# same mechanics). The recipe from the notes, per step:
+# A **gradient penalty** (梯度惩罚) adds the norm of the loss's gradient with respect to the parameters to the loss
+# itself (it favours flat regions of the loss; a variant penalises the gradient with respect to the *inputs* instead,
+# as the WGAN-GP method for training image generators does, with the same mechanics). The recipe, per step:
 #
-# 1. `grad_params = torch.autograd.grad(loss, model.parameters(), create_graph=True)` — the
-#    gradients are returned (every `p.grad` is still `None`), and thanks to `create_graph=True` they
-#    are themselves part of a graph;
+# 1. `grad_params = torch.autograd.grad(loss, model.parameters(), create_graph=True)`: the gradients are returned
+#    (every `p.grad` is still `None`), and thanks to `create_graph=True` they are themselves part of a graph;
 # 2. `grad_norm = sqrt(sum of squares)`, `loss = loss + grad_norm`;
-# 3. `loss.backward()` fills `p.grad` with the gradient of loss *and* penalty (a second derivative
-#    flows through step 1's graph), then `optimizer.step()`.
+# 3. `loss.backward()` fills `p.grad` with the gradient of loss *and* penalty (a second derivative flows through step
+#    1's graph), then `optimizer.step()`.
 #
-# We check the claims on one step. `.grad` is untouched after step 1. Without `create_graph=True`
-# the recipe breaks in one of two ways: with no flag at all, `autograd.grad` frees the graph
-# (as `backward` does) and the final `backward()` fails; with only `retain_graph=True` it runs,
-# but the penalty is a constant with no graph and **silently changes nothing**. With
-# `create_graph=True` the gradients equal an independent computation with `torch.func` (a `grad`
-# of a function that itself contains a `grad`). (The notes take this recipe from the mixed-precision examples page; with
-# AMP, the scaled gradients must be unscaled before the norm, and `torch.amp` replaces the notes'
-# deprecated `torch.cuda.amp`: that is the subject of the mixed-precision notebook.)
+# We check the claims on one step, on a small network of section 1's layers (`nn.Tanh()` is the activation
+# $\tanh$). `.grad` is untouched after step 1. Without `create_graph=True` the recipe breaks in one of two ways: with
+# no flag at all, `autograd.grad` frees the graph (as `backward` does) and the final `backward()` fails; with only
+# `retain_graph=True` it runs, but the penalty is a constant with no graph and **silently changes nothing**. With
+# `create_graph=True` the gradients equal an independent computation with `torch.func`: `torch.func.grad(fn)` returns
+# the gradient function of a scalar function `fn`, and `torch.func.functional_call(model, params, (X,))` runs the model
+# with the parameters taken from the dictionary `params`, so that the loss becomes a function of them. The reference
+# is a `grad` of a function that itself contains a `grad`.
+#
+# This recipe appears in PyTorch's mixed-precision examples: with mixed precision the gradients are scaled and must be
+# unscaled before the norm (notebook 07; older code imports the tools from `torch.cuda.amp`, today `torch.amp`).
 
 # %%
 seed_everything(0)
@@ -1058,15 +1588,15 @@ print("  -> equal to torch.func.grad of (loss + ||grad loss||):", agree)
 assert agree and grad_norm.requires_grad
 
 # %% [markdown]
-# The notes' training loop adds the penalty with weight 1. In practice the penalty has a weight
-# $\lambda$, a hyperparameter: the penalty pulls towards flat regions, the data loss towards a good
-# fit, and a large $\lambda$ wins. Below, 200 Adam steps for $\lambda = 0$ (no penalty), $0.1$ and
-# $1$ (the notes' choice): the larger $\lambda$, the worse the fit on this small regression problem.
+# The recipe above adds the penalty with weight 1. In practice the penalty has a weight $\lambda$, a hyperparameter:
+# the penalty pulls towards flat regions, the data loss towards a good fit, and a large $\lambda$ wins. Below, 200
+# steps of Adam (section 1.5) for $\lambda = 0$ (no penalty), $0.1$ and $1$: the larger $\lambda$, the worse the fit
+# on this small regression problem.
 
 
 # %%
 def train_with_penalty(lam: float, steps: int = 200) -> dict[str, list[float]]:
-    """The notes' loop with loss + lam * ||d loss / d params||; returns the MSE and norm per step."""
+    """Train with loss + lam * ||d loss / d params||; return the MSE and the gradient norm per step."""
     seed_everything(0)
     model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -1106,17 +1636,22 @@ plt.show()
 # %% [markdown]
 # ## 10. Freezing parameters (冻结参数)
 #
-# A parameter with `requires_grad=False` is a **frozen parameter** (冻结参数): autograd does not compute its
-# gradient, and it does not even record the operations that involve only frozen parameters and data. The
-# notes fine-tune a ResNet-18: freeze everything, then replace the last layer `fc` by a fresh
-# `nn.Linear(512, 10)` (new parameters require gradients by default).
+# A parameter with `requires_grad=False` is a **frozen parameter** (冻结参数): autograd does not compute its gradient,
+# and it does not even record the operations that involve only frozen parameters and data. The classic use is
+# **fine-tuning** (微调): reuse a network trained on one task for another, keep most of it fixed, and train a new last
+# layer.
 #
-# The notes load it with `resnet18(pretrained=True)`. `pretrained` is deprecated since torchvision
-# 0.13; the modern call is `resnet18(weights=ResNet18_Weights.DEFAULT)`. We use `weights=None`
-# (random weights) so that nothing is downloaded: freezing works the same.
+# Our example is ResNet-18, torchvision's 18-layer image classifier, built from convolutions and BatchNorm layers
+# (notebook 04 builds and trains a smaller network of the same kind). Its last layer `fc` is an `nn.Linear(512, 1000)`
+# for 1000 classes. We freeze everything, then replace `fc` by a fresh `nn.Linear(512, 10)` for 10 classes (new
+# parameters require gradients by default).
 #
-# We count the graph nodes behind the output: the unfrozen model records every convolution and
-# batch norm, the frozen one only the final linear layer.
+# Older code loads it with `resnet18(pretrained=True)`. `pretrained` is deprecated since torchvision 0.13; the modern
+# call is `resnet18(weights=ResNet18_Weights.DEFAULT)`. We use `weights=None` (random weights) so that nothing is
+# downloaded: freezing works the same.
+#
+# We count the graph nodes behind the output (by following `grad_fn.next_functions`, the links section 4 used): the
+# unfrozen model records every convolution and batch norm, the frozen one only the final linear layer.
 
 
 # %%
@@ -1134,7 +1669,7 @@ def count_graph_nodes(t: torch.Tensor) -> int:
 
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    torchvision.models.resnet18(pretrained=False)  # the notes' argument, only to see the warning
+    torchvision.models.resnet18(pretrained=False)  # the old argument, only to see the warning
 messages = [str(w.message) for w in caught]
 print("resnet18(pretrained=False) warns:", messages[0])
 assert any("'pretrained' is deprecated" in m for m in messages)
@@ -1158,9 +1693,10 @@ assert n_train == 512 * 10 + 10
 assert nodes_frozen < 10 and nodes_full > 100
 
 # %% [markdown]
-# After `backward()`, only the head has gradients. The optimizer may receive only the head's
-# parameters (the notes' first option) or all of them (second option): SGD skips parameters whose
-# `.grad` is `None`, so the frozen weights stay exactly as they were either way.
+# After `backward()`, only the head has gradients. The loss is `F.cross_entropy`, the standard loss for
+# classification (notebook 04 explains it), with made-up labels. The optimizer may receive only the head's parameters
+# or all of them: SGD skips parameters whose `.grad` is `None`, so the frozen weights stay exactly as they were either
+# way. (`momentum=0.9` makes each SGD step add 0.9 times the previous step; it does not matter here.)
 
 # %%
 loss = F.cross_entropy(out, torch.tensor([1, 7], device=device))
@@ -1179,12 +1715,14 @@ for params_given, get_params in param_choices.items():
     assert changed == ["fc"]
 
 # %% [markdown]
-# **Frozen is not the same as unchanged.** The check above compares *parameters*. A ResNet also has
-# BatchNorm layers, whose running mean and variance are *buffers*, not parameters: in train mode (the default)
-# every forward pass updates them, frozen or not. A "frozen" backbone fine-tuned in train mode drifts away from
-# its pretrained statistics. The fix is to put the frozen part in eval mode: `model.eval()` for a frozen
-# backbone, or, when the head has layers that need train mode, `model.train()` followed by `backbone.eval()`
-# each epoch (`model.train()` switches every sub-module back).
+# **Frozen is not the same as unchanged.** The check above compares *parameters*. A **BatchNorm** layer (批归一化)
+# normalises each channel with the mean and variance of the current batch, and keeps running averages of them for
+# later use: those running statistics are *buffers*, tensors a module keeps that are not parameters (notebook 10). A
+# model has two modes: in train mode (`model.train()`, the default) every forward pass updates the running statistics,
+# frozen or not; in eval mode (`model.eval()`) BatchNorm uses them and leaves them alone (notebook 04 trains with both
+# modes). So a "frozen" backbone fine-tuned in train mode drifts away from its pretrained statistics. The fix is to put
+# the frozen part in eval mode: `model.eval()` for a frozen backbone or, when the head has layers that need train mode,
+# `model.train()` followed by `backbone.eval()` each epoch (`model.train()` switches every sub-module back).
 
 # %%
 bn = model.bn1  # the first BatchNorm of the frozen backbone
@@ -1197,125 +1735,6 @@ for mode in ("train", "eval"):
     print(f"model.{mode}(): running_mean of bn1 changed by a frozen forward pass: {moved > 0}")
     assert (moved > 0) == (mode == "train")
 assert not bn.weight.requires_grad  # its parameters are frozen all along
-
-# %% [markdown]
-# ## 11. From NumPy to `nn` and `optim`: one network, five times
-#
-# The notes open their autograd chapter with PyTorch's classic "Learning PyTorch with Examples": a two-layer
-# network $\hat y = \mathrm{ReLU}(x W_1) W_2$ fitted to random data with the squared error, written five times.
-# Each version replaces one piece of hand-written code by PyTorch, and nothing else changes: same data, same
-# initial weights, same learning rate (学习率), so the five loss curves must be the same curve.
-#
-# 1. **NumPy**: forward pass, the gradients written out with the chain rule (backpropagation by hand), update.
-# 2. **Tensors**: the same code with `torch` instead of `np` (this is what runs on a GPU).
-# 3. **Autograd**: `loss.backward()` replaces the five lines of hand-written gradients.
-# 4. **`nn`**: `nn.Sequential(nn.Linear, nn.ReLU, nn.Linear)` and `nn.MSELoss(reduction="sum")` replace the
-#    weights and the formulas (`nn.Linear` stores $W^\top$, shape (out, in); bias off to match).
-# 5. **`optim`**: `optimizer.step()` and `zero_grad()` replace the update loop. The notes use Adam here; plain
-#    SGD keeps the curve identical to the others, and Adam would be a one-line change.
-#
-# Float64 everywhere, so that the only differences are the summation orders of NumPy's and PyTorch's matrix
-# products.
-
-# %%
-N, D_in, H, D_out, STEPS, LR = 64, 100, 32, 10, 50, 1e-3
-rng = np.random.default_rng(0)
-x_np, y_np = rng.standard_normal((N, D_in)), rng.standard_normal((N, D_out))
-w1_init, w2_init = rng.standard_normal((D_in, H)) / 10, rng.standard_normal((H, D_out)) / 10
-curves = {}
-
-# 1. NumPy, gradients by hand
-w1, w2 = w1_init.copy(), w2_init.copy()
-curves["1 NumPy"] = []
-for _ in range(STEPS):
-    h = x_np @ w1
-    h_relu = np.maximum(h, 0)
-    y_pred = h_relu @ w2
-    curves["1 NumPy"].append(float(np.square(y_pred - y_np).sum()))
-    grad_y_pred = 2.0 * (y_pred - y_np)
-    grad_w2 = h_relu.T @ grad_y_pred
-    grad_h = grad_y_pred @ w2.T
-    grad_h[h < 0] = 0  # ReLU passes the gradient only where its input was positive
-    grad_w1 = x_np.T @ grad_h
-    w1 -= LR * grad_w1
-    w2 -= LR * grad_w2
-
-# 2. Tensors, gradients by hand
-xt, yt = torch.from_numpy(x_np), torch.from_numpy(y_np)
-w1, w2 = torch.tensor(w1_init), torch.tensor(w2_init)
-curves["2 tensors"] = []
-for _ in range(STEPS):
-    h = xt @ w1
-    h_relu = h.clamp(min=0)
-    y_pred = h_relu @ w2
-    curves["2 tensors"].append((y_pred - yt).pow(2).sum().item())
-    grad_y_pred = 2.0 * (y_pred - yt)
-    grad_w2 = h_relu.T @ grad_y_pred
-    grad_h = grad_y_pred @ w2.T
-    grad_h[h < 0] = 0
-    w1 -= LR * (xt.T @ grad_h)
-    w2 -= LR * grad_w2
-
-# 3. Autograd
-w1 = torch.tensor(w1_init, requires_grad=True)
-w2 = torch.tensor(w2_init, requires_grad=True)
-curves["3 autograd"] = []
-for _ in range(STEPS):
-    loss = ((xt @ w1).clamp(min=0) @ w2 - yt).pow(2).sum()
-    curves["3 autograd"].append(loss.item())
-    loss.backward()
-    with torch.no_grad():  # the update must not be recorded
-        w1 -= LR * w1.grad
-        w2 -= LR * w2.grad
-        w1.grad = w2.grad = None
-
-
-# 4. nn, update by hand; 5. nn and optim
-def two_layer_net():
-    net = nn.Sequential(nn.Linear(D_in, H, bias=False), nn.ReLU(), nn.Linear(H, D_out, bias=False)).double()
-    with torch.no_grad():
-        net[0].weight.copy_(torch.from_numpy(w1_init.T))
-        net[2].weight.copy_(torch.from_numpy(w2_init.T))
-    return net
-
-
-loss_fn = nn.MSELoss(reduction="sum")
-net = two_layer_net()
-curves["4 nn"] = []
-for _ in range(STEPS):
-    loss = loss_fn(net(xt), yt)
-    curves["4 nn"].append(loss.item())
-    net.zero_grad()
-    loss.backward()
-    with torch.no_grad():
-        for param in net.parameters():
-            param -= LR * param.grad
-
-net = two_layer_net()
-optimizer = torch.optim.SGD(net.parameters(), lr=LR)
-curves["5 optim"] = []
-for _ in range(STEPS):
-    loss = loss_fn(net(xt), yt)
-    curves["5 optim"].append(loss.item())
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-
-for name, curve in curves.items():
-    print(f"{name:10} loss at step 0: {curve[0]:8.2f}   at step {STEPS - 1}: {curve[-1]:8.2f}")
-reference = np.array(curves["1 NumPy"])
-for curve in curves.values():
-    np.testing.assert_allclose(curve, reference, rtol=1e-9)  # the same curve, five times
-assert reference[-1] < reference[0] / 2
-for name, curve in curves.items():
-    plt.plot(curve, label=name, lw=4 if name.startswith("1") else 1.5)
-plt.yscale("log")
-plt.xlabel("step")
-plt.ylabel("squared error")
-plt.title("Five implementations, one loss curve")
-plt.legend()
-plt.show()
-
 # %% [markdown]
 # ## Exercises (练习)
 #
@@ -1337,9 +1756,9 @@ ex = Checker("02")
 # %% [markdown]
 # ### Exercise 1 · Predict a vector-Jacobian product, then an accumulation
 #
-# The notes' reading list for `backward()` asks why `backward` has a `grad_variables` argument (today's
-# `gradient`). Section 2 answered: for a non-scalar `y`, `backward(gradient=g)` computes the vector-Jacobian
-# product $g^\top J$. Predict, on paper, what this code prints:
+# Why does `backward` take a `gradient` argument (`grad_variables` in old code)? Section 3 answered: for a
+# non-scalar `y`, `backward(gradient=g)` computes the vector-Jacobian product $g^\top J$. Predict, on paper, what
+# this code prints:
 #
 # ```python
 # x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -1370,9 +1789,10 @@ ex.check(1, answer_1)
 # positive number.
 #
 # Write `Softplus`, a `torch.autograd.Function` (section 6): `forward` computes the stable formula and saves what
-# `backward` needs; `backward` returns the gradient of the input by the chain rule. Write `backward` with PyTorch
-# operations, so that it can itself be differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section
-# 7) in float64, and compares with `F.softplus` in float32 from $x = -100$ to $100$.
+# `backward` needs (the input or the output, not an intermediate result: section 7 shows why); `backward` returns the
+# gradient of the input by the chain rule. Write `backward` with PyTorch operations, so that it can itself be
+# differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section 7) in float64, and compares with
+# `F.softplus` in float32 from $x = -100$ to $100$.
 
 
 # %%
@@ -1419,25 +1839,57 @@ ex.check(3, linear_backward)
 # %% [markdown]
 # ## Summary
 #
-# * `y.backward()` on a scalar fills `.grad` of the leaves (叶子节点). On a non-scalar it needs
-#   `gradient=g` and computes the vector-Jacobian product $g^\top J$, equal to
-#   `(y * g).sum().backward()`; `torch.func.jacrev` shows the Jacobian that is never built.
-# * `torch.autograd.grad` returns gradients instead of accumulating them; with `create_graph=True`
-#   they can be differentiated again (second derivatives, gradient penalties). Several outputs are
-#   summed.
-# * Within one backward pass the engine sums the gradients reaching a tensor along several paths (the
-#   chain rule's sum) in its input buffer, then runs `AccumulateGrad` once. The graph's saved values are
-#   freed after a backward pass (`retain_graph=True` keeps them), and `.grad` accumulates *across* passes:
-#   zero it each step (`zero_grad()` sets `None`), or use
-#   accumulation on purpose for micro-batches.
-# * `Variable` is gone (every tensor has `requires_grad`); prefer `.detach()` to `.data`.
-# * A custom `Function` has `forward`/`backward` static methods, saves tensors with
-#   `save_for_backward` and other values on `ctx`, returns one gradient per input (`None` for
-#   non-tensors), and can skip work with `ctx.needs_input_grad`. The `setup_context` style is needed
-#   for `torch.func` transforms, plus `generate_vmap_rule = True` for `vmap`. Always verify with
-#   `gradcheck` (and `gradgradcheck`) in float64. `@once_differentiable` is for backwards written outside
-#   autograd: `.backward()` through it raises, but `autograd.grad` can silently drop a second-order term.
-# * One network written five times (NumPy, tensors, autograd, `nn`, `optim`) gives one loss curve: each
-#   PyTorch layer replaces hand-written code, not the mathematics.
-# * Freezing (`requires_grad=False`) removes parameters from the graph: no gradient, no update. BatchNorm's
-#   running statistics are buffers and still change in train mode: put a frozen backbone in `eval()`.
+# * One model written five times (NumPy, tensors, autograd, `nn`, `optim`) gives one loss curve: autograd replaces
+#   the hand-written backward pass, `nn` layers replace the weight matrices and formulas, an optimizer replaces the
+#   update. Every training loop is `zero_grad()` → `backward()` → `step()`.
+# * `y.backward()` on a scalar fills `.grad` of the leaves (叶子节点). On a non-scalar it needs `gradient=g` and
+#   computes the vector–Jacobian product $g^\top J$, equal to `(y * g).sum().backward()`; `torch.func.jacrev` shows
+#   the Jacobian that is never built. Forward mode (`torch.func.jvp`, `jacfwd`) computes $Ju$ instead: $n$ passes
+#   for $n$ inputs against $m$ reverse passes for $m$ outputs, so reverse mode wins for a scalar loss.
+# * `torch.autograd.grad` returns gradients instead of accumulating them; with `create_graph=True` they can be
+#   differentiated again (second derivatives, gradient penalties), and `retain_graph` then defaults to `True`.
+#   Several outputs are summed; `allow_unused=True` accepts inputs the output does not use.
+# * Within one backward pass the engine sums the gradients reaching a tensor along several paths (the chain rule's
+#   sum) in its input buffer, then runs `AccumulateGrad` once. The graph's saved values are freed after a backward
+#   pass (`retain_graph=True` keeps them), and `.grad` accumulates *across* passes: zero it each step
+#   (`zero_grad()` sets `None`), or use accumulation on purpose for micro-batches.
+# * For SGD on $(x-1)^2$ the distance to the minimum shrinks by $|1-2\eta|$ per step: the learning rate decides
+#   between crawling, converging, zig-zagging and diverging.
+# * `Variable` is gone (every tensor has `requires_grad`); prefer `.detach()` to `.data`, whose edits escape the
+#   version counter.
+# * A custom `Function` has `forward`/`backward` static methods, saves tensors with `save_for_backward` and other
+#   values on `ctx`, returns one gradient per input (`None` for non-tensors), and can skip work with
+#   `ctx.needs_input_grad`. For `torch.func` it needs the `setup_context` style, a vmap rule
+#   (`generate_vmap_rule = True`) for `vmap`, and a `jvp` method (with `ctx.save_for_forward`) for `jvp`/`jacfwd`.
+#   Always verify it with `gradcheck` and `gradgradcheck` in float64.
+# * Double backward through a custom Function fails in two quiet ways: `@once_differentiable` (meant for backwards
+#   written outside autograd) can make `autograd.grad` drop a second-order term, and intermediates saved in `forward`
+#   are constants for autograd. Save inputs or outputs, or return the intermediates as outputs.
+# * Freezing (`requires_grad=False`) removes parameters from the graph: no gradient, no update. BatchNorm's running
+#   statistics are buffers and still change in train mode: put a frozen backbone in `eval()`.
+#
+# Next: **03 · dynamic graphs and hooks**, the graph itself and how to watch and change gradients as they flow.
+
+# %% [markdown]
+# ## For readers of the original notes (原笔记勘误)
+#
+# This course was written from a teacher's study notes (in Chinese, for PyTorch 1.x), which learners do not need.
+# For readers who know them, here is where the notes differ from PyTorch 2.14, and where this notebook shows what
+# holds today.
+#
+# | What the notes say | What holds in PyTorch 2.14 | Where this lesson shows it |
+# |---|---|---|
+# | In the autograd version of the two-layer network, "`loss` is a tensor of shape `(1,)`, so use `loss.item()`" | A sum is a 0-dimensional tensor, shape `torch.Size([])`; `.item()` is still how to get the number | §1.3 · Autograd |
+# | The same example suggests updating `weight.data` with `weight.grad.data` as an alternative to `torch.no_grad()` | Edits made through `.data` escape autograd's version counter and can silently corrupt gradients: update inside `torch.no_grad()` | §1.3 · Autograd; §2 · Why not `.data`? |
+# | Tensors are wrapped in `Variable(...)` to be differentiated, and optimizer parameters "should be `Variable`s" | `Variable` and `Tensor` merged in PyTorch 0.4; `Variable(t)` returns a plain tensor: use `requires_grad=True` or `requires_grad_()` | §2 · `backward()` on a scalar |
+# | Derivatives are printed with `dy_dx.data` | Use `.item()` for a number, `.detach()` for a tensor | §2 · `torch.autograd.grad` |
+# | The vector example calls `c.backward` twice on one graph, with `gradient=[1, 1]` then `[1, 2]`, and prints `[2, 12]` and `[1, 2]` | The second call raises, because the first freed the graph; with `retain_graph=True` the gradients would add up to `[4, 18]`; `[2, 12]` and `[1, 2]` are what a fresh graph gives | §3 · `backward()` on a non-scalar |
+# | The further reading asks why `backward` has a `grad_variables` argument | The argument is `gradient` (`grad_tensors` in `torch.autograd.backward`); the old name warns | §3 · `backward()` on a non-scalar |
+# | `loss.backward()` assigns gradients to `y1.grad` and `y2.grad`, and `x.grad` adds up the gradients it receives along each path | Non-leaf tensors keep no `.grad` unless `retain_grad()` is called (taught in notebook 03); the engine sums the paths' contributions in the node's input buffer and runs `AccumulateGrad` once with the sum; `.grad` adds up only across backward calls | §4 · The graph is freed; gradients accumulate |
+# | The `MyReLU` example computes `Y_hat - Y` with shapes `(2, 1)` and `(1, 2)` and prints gradients `4.5` | The difference broadcasts to `2×2`, comparing each prediction with both targets; the `4.5` come from that | §6 · `MyReLU` |
+# | The convolution Function names the weight gradient `grad_input` | It is the gradient of the weight (`grad_weight`) | §7 · A 2-D convolution as a Function |
+# | "Use `@once_differentiable` by default unless we intend to double backward" | Use it only for a backward autograd cannot follow; a backward made of PyTorch operations is twice differentiable without it, and with the decorator `autograd.grad` can silently drop a second-order term | §7 · `once_differentiable`; §7 · A 2-D convolution as a Function |
+# | The quoted source runs the engine as `Variable._execution_engine.run_backward` | It is `_engine_run_backward`, with the same `accumulate_grad` flags | §8 · `backward` versus `autograd.grad` |
+# | The quoted `autograd.grad` has an `only_inputs` argument | It is ignored (the quoted code already warns so); `only_inputs=False` gives a `FutureWarning` in 2.14 | §8 · `allow_unused` |
+# | The gradient-penalty recipe says `create_grad=True` | The argument is `create_graph=True` | §9 · Gradient penalty |
+# | `torchvision.models.resnet18(pretrained=True)` | `pretrained` is deprecated since torchvision 0.13: `resnet18(weights=ResNet18_Weights.DEFAULT)` | §10 · Freezing parameters |

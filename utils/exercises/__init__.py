@@ -117,7 +117,7 @@ KNOWN_ERRORS: list[tuple[str, str, str]] = [
         r"does not require grad and does not have a grad_fn",
         "nothing in this computation requires a gradient: the leaf needs `requires_grad=True`, and the path from it to "
         "the loss must not pass through `.detach()`, `.data`, `.item()` or `torch.no_grad()`",
-        "02 · 1. `backward()` on a scalar",
+        "02 · 2. `backward()` on a scalar, and `torch.autograd.grad`",
     ),
     (
         r"backward through the graph a second time",

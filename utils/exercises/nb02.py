@@ -10,7 +10,7 @@ from utils.exercises import Registry, expect, hint, returns
 
 EXERCISES = Registry("02")
 
-VJP = "2. `backward()` on a non-scalar: the `gradient` argument"
+VJP = "3. `backward()` on a non-scalar: the `gradient` argument"
 ACCUMULATE = "4. The graph is freed; gradients accumulate (梯度累加)"
 FUNCTIONS = "6. Custom Functions (自定义算子)"
 GRADCHECK = "7. Checking a Function: `gradcheck` and `gradgradcheck` (梯度检查)"
