@@ -182,8 +182,9 @@ assert not np.array_equal(after_global_seed, from_rng) and not torch.equal(torch
 # workers start (every epoch, unless `persistent_workers=True` keeps them), the loader draws one `base_seed` from
 # the same generator, and worker `k` seeds torch and `random` with `base_seed + k` and NumPy's global generator
 # with a value derived from both (`torch/utils/data/_utils/worker.py`; before PyTorch 1.9 NumPy was not seeded,
-# so every worker produced the same "random" augmentations). Generator objects that your dataset creates itself
-# are not seeded by the loader: create them inside the worker, from `torch.initial_seed()`.
+# so every worker produced the same "random" augmentations). The loader does not seed generator objects: one that
+# your dataset creates in `__init__` (a `default_rng`, say) is copied into every worker with the same state, and
+# all workers draw the same numbers. Create it in the worker instead, from `torch.initial_seed()`.
 #
 # So the recipe is: give the loader `generator=torch.Generator().manual_seed(seed)`, and pass a
 # `worker_init_fn` for everything else the workers use. PyTorch's documentation suggests `seed_worker`, which the
