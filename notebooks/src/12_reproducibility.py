@@ -497,7 +497,7 @@ if device.type != "cpu":
 # the same thread count and batch sizes, every generator seeded, deterministic algorithms on and
 # `cudnn.benchmark` off**; then the operations PyTorch covers repeat bit for bit. A few more places to look:
 #
-# * **Threads you did not choose.** PyTorch uses as many threads as the machine has cores unless told otherwise
+# * **Threads you did not choose.** PyTorch uses one thread per physical core unless told otherwise
 #   (`OMP_NUM_THREADS`, `torch.set_num_threads`); `torchrun` sets `OMP_NUM_THREADS=1`, with a warning, when it
 #   starts more than one process per machine (notebook 08). Record the thread count with the result.
 # * **`torch.compile`** (notebook 11) generates its own kernels, which round differently from eager code, and may
