@@ -1,5 +1,5 @@
 """MNIST from the files shipped in ``data/mnist/`` (never downloaded), and small datasets for loaders.
-Used by notebooks 04 and 11.
+Used by notebooks 04, 11 and 12.
 
 The repository ships the four gzip files of MNIST and ``MD5SUMS.raw``, the MD5 sums of the
 decompressed files. :func:`prepare_mnist` decompresses them once into the layout that

@@ -19,7 +19,7 @@ EXERCISES = Registry("12")
 
 S_SEED = "1. One seed for every generator"
 S_PROOF = "3. Proof: two runs, identical parameters, and what breaks it"
-S_WORKERS = "Seeding DataLoader workers: see notebook 04"
+S_WORKERS = "1.3 DataLoader workers: `generator` and `worker_init_fn`"
 S_WEIGHTS_ONLY = "06 · 4. `torch.load` runs code: `weights_only=True`"
 S_CHECKPOINT = "06 · 5. A training checkpoint"
 
