@@ -18,7 +18,7 @@ What a checkpoint holds: the model's ``state_dict`` (of the unwrapped module: no
 prefix from ``DataParallel``/``DistributedDataParallel``, no ``_orig_mod.`` from
 ``torch.compile``), the optimizer, LR scheduler and ``GradScaler`` states when given, ``epoch``,
 ``step``, a small ``extra`` dict of plain values, and the random number generator states of
-Python, NumPy and torch (CPU, and every CUDA device when CUDA is available), keyed by the rank of
+Python, NumPy and torch (CPU, and every CUDA device when CUDA is available, or MPS), keyed by the rank of
 the process they belong to, and the class names of the optimizer and scheduler. Everything is
 stored as tensors or plain Python values, so the file loads with ``torch.load(...,
 weights_only=True)``, which refuses the classes and functions that a malicious pickle needs (an
@@ -317,7 +317,7 @@ def _check_rng_state(state: Any, where: str) -> None:
 
 
 def rng_state_dict() -> dict[str, Any]:
-    """The states of Python's ``random``, NumPy's global generator and torch (CPU and CUDA).
+    """The states of Python's ``random``, NumPy's global generator and torch (CPU, and CUDA or MPS).
 
     NumPy's state is converted to a tensor and plain numbers so that the result can be saved in a
     file that loads with ``weights_only=True``. Restore it with :func:`load_rng_state_dict`.
@@ -336,6 +336,8 @@ def rng_state_dict() -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.backends.mps.is_available():
+        state["mps"] = torch.mps.get_rng_state()
     return state
 
 
@@ -344,6 +346,7 @@ def load_rng_state_dict(state: Mapping[str, Any]) -> None:
 
     CUDA states are restored for as many devices as both the file and this machine have; on a
     machine without CUDA they are ignored (a GPU run resumed on a CPU cannot repeat GPU dropout).
+    The MPS state (Apple GPUs) likewise, where MPS is available.
 
     Raises:
         TypeError: ``state`` is not a mapping.
@@ -379,6 +382,9 @@ def _set_rng_states(state: Mapping[str, Any]) -> None:
     if cuda_states and torch.cuda.is_available():
         for index in range(min(len(cuda_states), torch.cuda.device_count())):
             torch.cuda.set_rng_state(torch.as_tensor(cuda_states[index]).cpu(), index)
+    mps_state = state.get("mps")
+    if mps_state is not None and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(torch.as_tensor(mps_state).cpu())
 
 
 # --------------------------------------------------------------------------- saving
@@ -598,7 +604,7 @@ def save_checkpoint(
             ``dist.all_gather_object``) to store instead of this process's own states, so that
             every rank can resume its own generators.
 
-    The RNG states (Python, NumPy, torch CPU/CUDA) are always saved. Only the final rename makes
+    The RNG states (Python, NumPy, torch CPU/CUDA/MPS) are always saved. Only the final rename makes
     the new file visible, so an exception or a killed process during the save leaves the previous
     checkpoints untouched and nothing under the new name. In folder mode, the temporary files that
     killed saves left in the folder are deleted afterwards (see :func:`atomic_torch_save`).

@@ -24,7 +24,8 @@
 # process that section 6 kills on purpose.
 #
 # **On a GPU.** The `map_location` cells run their CUDA branch (a CPU machine prints what would happen instead);
-# the random states saved in section 5 then include CUDA's, and the resume demonstration runs on the GPU.
+# the random states saved in section 5 then include CUDA's (or MPS's, on an Apple GPU), and the resume
+# demonstration runs on the GPU.
 #
 # **Run the cells in order.** A cell that needs something made in an earlier section starts with
 # `needs(...)`: if you skipped that section, it stops and names the cell to run.
@@ -51,6 +52,7 @@ import pickle
 import pickletools
 import random
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -563,6 +565,12 @@ assert torch_version >= (2, 10)
 # raw tensor bytes. There is nothing to execute, and it allows **memory mapping** (内存映射, section 8.1).
 # Two limits: it stores only tensors (metadata must be strings), and it refuses tensors that share
 # memory (as in **weight tying** (权重共享)) in `save_file`; `save_model`/`load_model` handle those.
+#
+# The cell reads the header itself: `struct.unpack("<Q", raw[:8])` decodes the first 8 bytes as one unsigned
+# 64-bit integer in little-endian order (`<` little-endian, `Q` unsigned 64-bit; Python's `struct` module reads
+# binary formats). Then it ties weights in a tiny language model: `nn.Embedding(20, 8)` is a learnable table of
+# 20 vectors of 8 numbers, one per token id, looked up by index (notebook 05 uses it), and the output layer
+# reuses that table as its weight.
 
 # %%
 needs("small", run="the cell of section 2")
@@ -675,7 +683,7 @@ assert torch.equal(
 # | LR scheduler `state_dict` | where in the schedule you are |
 # | `GradScaler` `state_dict` | the current loss scale of mixed precision (notebook 07) |
 # | epoch **and step** | where to continue, also in the middle of an epoch |
-# | random states: Python, NumPy, torch CPU and CUDA | dropout masks, random augmentation, sampling |
+# | random states: Python, NumPy, torch CPU and GPU (CUDA or MPS) | dropout masks, random augmentation, sampling |
 # | position in the data | which batch comes next |
 #
 # The last row is solved here by design rather than by saving: derive each epoch's shuffle from a generator
@@ -694,6 +702,7 @@ assert torch.equal(
 # | NumPy's global one | `np.random.get_state()` | `np.random.set_state(s)` | a name, an array of 624 `uint32`, three numbers |
 # | torch, CPU | `torch.get_rng_state()` | `torch.set_rng_state(t)` | a `uint8` tensor |
 # | torch, CUDA | `torch.cuda.get_rng_state_all()` | `torch.cuda.set_rng_state_all(ts)` | one `uint8` tensor per GPU |
+# | torch, Apple's MPS | `torch.mps.get_rng_state()` | `torch.mps.set_rng_state(t)` | a `uint8` tensor |
 #
 # Tensors, numbers, strings, `None`, tuples, lists and dictionaries load with `weights_only=True`. A NumPy array
 # does not: pickling it refers to NumPy's own functions, which are not on the allow-list. So NumPy's state is
@@ -719,7 +728,9 @@ def capture_rng_states() -> dict:
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
+        states["cuda"] = torch.cuda.get_rng_state_all()  # one state per GPU
+    if torch.backends.mps.is_available():
+        states["mps"] = torch.mps.get_rng_state()  # Apple GPUs have their own generator too
     return states
 
 
@@ -733,6 +744,8 @@ def restore_rng_states(states: dict) -> None:
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+    if "mps" in states and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(states["mps"])
 
 
 def draw() -> list[float]:
@@ -781,6 +794,7 @@ ours, helpers = capture_rng_states(), rng_state_dict()
 assert sorted(ours) == sorted(helpers) and ours["python"] == helpers["python"]
 assert torch.equal(ours["torch"], helpers["torch"])
 assert all(torch.equal(a, b) for a, b in zip(ours.get("cuda", []), helpers.get("cuda", [])))
+assert torch.equal(ours.get("mps", torch.zeros(0)), helpers.get("mps", torch.zeros(0)))
 for key, value in ours["numpy"].items():
     same = torch.equal(value, helpers["numpy"][key]) if torch.is_tensor(value) else value == helpers["numpy"][key]
     assert same, key
@@ -806,31 +820,39 @@ assert with_helper == after_save
 # cannot be opened to `fsync` it. Network and user-space file systems (NFS, SMB, FUSE mounts, cloud buckets) may
 # give none of these guarantees and may reject `fsync` on a folder.
 #
-# One detail is easy to miss. `tempfile.mkstemp` creates its file readable by its owner only (mode `0o600`,
-# `-rw-------`), and the rename keeps that mode, so the checkpoint becomes private: on a shared machine your
-# teammates' jobs cannot read it. `open()` and a plain `torch.save` instead create files with mode `0o666` minus
-# the **umask** (权限掩码), the process's mask of permission bits to remove: usually `0o022`, which gives
-# `-rw-r--r--`. So the function gives the temporary file that mode before the rename. Below,
-# `mock.patch.object(torch, "save", ...)` replaces `torch.save` inside its `with` block only, here by a failure
-# like a full disk.
+# One detail is easy to miss. The obvious tool for step 1, `tempfile.mkstemp`, creates its file readable by its
+# owner only (mode `0o600`, `-rw-------`), and the rename keeps that mode, so the checkpoint becomes private: on
+# a shared machine your teammates' jobs cannot read it. `open()` and a plain `torch.save` instead create files
+# with mode `0o666` minus the **umask** (权限掩码), the process's mask of permission bits to remove: usually
+# `0o022`, which gives `-rw-r--r--`. So the function creates its temporary file itself, with `os.open(path,
+# os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)`: the mode `0o666` minus the umask, as `open()` gives, and
+# `O_EXCL` refuses a name that already exists (the name is random, so a clash only means trying again). Fixing
+# the mode afterwards with `os.chmod` would need the umask's value, and Python reads the umask only by setting
+# it (`os.umask(0)`, then back): for that moment, any other thread of the process creates files with no mask at
+# all. Below, `mock.patch.object(torch, "save", ...)` replaces `torch.save` inside its `with` block only, here
+# by a failure like a full disk.
 
 
 # %%
-def current_umask() -> int:
-    mask = os.umask(0)  # Python reads the umask only by setting it...
-    os.umask(mask)  # ...so put it back at once
-    return mask
+def create_temp_file(folder: str) -> tuple[int, str]:
+    """A new file with a random name in `folder`, with the mode open() gives (0o666 minus the umask)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)  # O_BINARY: Windows only
+    while True:
+        tmp_path = os.path.join(folder, f".tmp-{secrets.token_hex(4)}")
+        try:
+            return os.open(tmp_path, flags, 0o666), tmp_path
+        except FileExistsError:  # the random name is taken: draw another
+            continue
 
 
 def atomic_save(obj, final_path) -> None:
     folder = os.path.dirname(os.path.abspath(final_path))
-    fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", dir=folder)  # 1. same folder
+    fd, tmp_path = create_temp_file(folder)  # 1. same folder
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
             f.flush()  # 2. Python's buffer -> OS
             os.fsync(f.fileno())  #    OS cache -> disk
-        os.chmod(tmp_path, 0o666 & ~current_umask())  # the mode open() would give, not mkstemp's 0o600
         os.replace(tmp_path, final_path)  # 3. the atomic step
     except BaseException:
         os.unlink(tmp_path)  # a failed save leaves no litter
@@ -858,8 +880,8 @@ print(
 assert kept["step"] == 1 and not any(p.name.startswith(".tmp-") for p in RUN_DIR.iterdir())
 
 # %% [markdown]
-# The course's helper `utils.checkpoint_files.atomic_torch_save(obj, path)` takes the same four steps (it creates
-# its temporary file with `os.open(..., 0o666)`, which lets the umask decide directly) and adds a checksum
+# The course's helper `utils.checkpoint_files.atomic_torch_save(obj, path)` takes the same four steps (its
+# temporary file, too, is made with `os.open(..., 0o666)`, and locked while it is written) and adds a checksum
 # (section 6.2). With the usual umask, set explicitly for the comparison, every way of saving gives the same
 # permissions except a bare `mkstemp`:
 
@@ -1273,7 +1295,9 @@ assert torch.equal(encoder2.weight, encoder.weight) and torch.equal(decoder2.bia
 # *Warm-starting* reuses weights of a model trained for another task: same backbone, new head.
 # `load_state_dict(sd, strict=False)` tolerates *missing* and *unexpected* keys and returns them so you
 # can check them, but it does **not** tolerate a key whose shape changed: the 2-class head cannot go
-# into a 5-class head. Keep only the entries whose shapes fit, then read the report.
+# into a 5-class head. Keep only the entries whose shapes fit, then read the report. The models are built as
+# `nn.Sequential(OrderedDict(features=..., head=...))`: given an ordered dictionary, `nn.Sequential` names each
+# child by its key instead of `0`, `1`, ..., so the keys read `features.0.weight` and `head.weight`.
 
 
 # %%
@@ -1341,7 +1365,8 @@ assert torch.equal(fresh.head.bias, pretrained["head.bias"])
 # more plainly).
 #
 # Mind the difference between modules and tensors: `model.to(device)` moves a module in place (and returns it),
-# but a tensor's `.to(device)` returns a copy and leaves the original where it was, so write `x = x.to(device)`.
+# but a tensor's `.to(device)` returns a new tensor (or the tensor itself if it is already there) and leaves the
+# original where it was, so write `x = x.to(device)`.
 #
 # We cannot count on a second GPU, so we *forge* a file that says `cuda:1` (we patch the function that writes the
 # device tag) to see the error that a user without that GPU gets, and the fixes. `load_checkpoint` uses
@@ -1596,36 +1621,59 @@ assert saved_keys == list(bare.state_dict()) and unwrap_model(torch.compile(nn.D
 # %% [markdown]
 # ### 8.4 Checkpoints from Python 2: `UnicodeDecodeError` and `encoding="latin1"`
 #
-# Loading a model saved under **Python 2** fails with `UnicodeDecodeError: 'ascii' codec can't decode byte
-# 0xc3`. Python 2's `str` was a byte string; Python 3's unpickler must turn it into
-# text and by default assumes ASCII. We can reproduce it with a two-byte Python-2-style pickle (the
-# UTF-8 bytes of "é" stored as an old byte string). `encoding="latin1"` maps each byte to one
-# character (right for NumPy arrays and raw buffers, mojibake for text), `encoding="bytes"` keeps
-# bytes. `torch.load` accepts the option itself and hands it to the unpickler, so there is no need to
-# patch `pickle` (older advice edits PyTorch's `serialization.py` to pass it). Such extra pickle options are meant for `weights_only=False`
-# (PyTorch warns when they are combined with the safe default), so an old Python 2 file is loaded
-# with `torch.load(path, weights_only=False, encoding="latin1")`, and only if you trust it. You will
-# only meet this with checkpoints from before 2020.
+# Python 2's `str` was a byte string; Python 3's unpickler must turn each one into text. Plain `pickle`
+# assumes ASCII, and fails with `UnicodeDecodeError: 'ascii' codec can't decode byte 0xc3` (the error that
+# older answers about Python 2 models quote). We can reproduce it with a two-byte Python-2-style pickle (the
+# UTF-8 bytes of "é" stored as an old byte string). `encoding="latin1"` maps each byte to one character
+# (right for NumPy arrays and raw buffers, mojibake for text), `encoding="bytes"` keeps bytes.
+#
+# `torch.load` decodes such strings as UTF-8 unless told otherwise, so UTF-8 text in an old file loads; bytes
+# that are not UTF-8 still fail, now with `'utf-8' codec can't decode`. `torch.load` accepts `encoding=` itself
+# and hands it to the unpickler, so there is no need to patch `pickle` (older advice edits PyTorch's
+# `serialization.py` to pass it), and it works with the safe default `weights_only=True` too. PyTorch warns that
+# such pickle options work only with `weights_only=False`, but for `encoding` the warning is wrong: the
+# weights-only unpickler decodes old byte strings with it. The cell shows it on a forged Python-2-era file: the
+# format `torch.save` wrote before PyTorch 1.6 (`_use_new_zipfile_serialization=False` still writes it), with
+# one entry turned into an old byte string of two bytes that are not UTF-8. So load an old file with
+# `torch.load(path, encoding="latin1")` first and ignore that warning; fall back to `weights_only=False` only for a
+# file you trust, if the allow-list refuses something in it. You will only meet this with checkpoints from
+# before 2020.
 
 # %%
-needs("weights_path", "small", run="the cell of section 2")
+needs("small", run="the cell of section 2")
 py2_pickle = b"\x80\x02U\x02\xc3\xa9q\x00."  # protocol 2, SHORT_BINSTRING of 2 bytes
 try:
     pickle.loads(py2_pickle)
 except UnicodeDecodeError as err:
-    print(type(err).__name__, ":", err)
+    print("pickle.loads ->", type(err).__name__, ":", err)
 print(
     "encoding='latin1' ->",
     repr(pickle.loads(py2_pickle, encoding="latin1")),
     "| encoding='bytes' ->",
     pickle.loads(py2_pickle, encoding="bytes"),
 )
-show_warning(lambda: torch.load(weights_path, encoding="latin1"), UserWarning, "only works if `weights_only=False`")
+
+py2_buffer = io.BytesIO()
+torch.save({"note": "ab", "fc2.bias": small.fc2.bias.detach()}, py2_buffer, _use_new_zipfile_serialization=False)
+unicode_ab = b"X\x02\x00\x00\x00ab"  # the pickle opcode of the text "ab"
+assert py2_buffer.getvalue().count(unicode_ab) == 1
+py2_file = py2_buffer.getvalue().replace(unicode_ab, b"U\x02\xff\xfe")  # now 2 old-style bytes, not UTF-8
+utf8_refused = False
+try:
+    torch.load(io.BytesIO(py2_file))
+except UnicodeDecodeError as err:
+    utf8_refused = True
+    print("torch.load ->", type(err).__name__, ":", err)
+assert utf8_refused
+old_file = show_warning(
+    lambda: torch.load(io.BytesIO(py2_file), encoding="latin1"), UserWarning, "only works if `weights_only=False`"
+)
+print("torch.load(..., encoding='latin1') with weights_only=True despite the warning: note", repr(old_file["note"]))
+assert old_file["note"] == "\xff\xfe" and torch.equal(old_file["fc2.bias"], small.fc2.bias)
 with warnings.catch_warnings():
-    warnings.simplefilter("error")  # no warning with weights_only=False (our own, trusted file)
-    trusted_old = torch.load(weights_path, weights_only=False, encoding="latin1")
-print("torch.load(..., weights_only=False, encoding='latin1') on a trusted file: loaded", len(trusted_old), "tensors")
-assert torch.equal(trusted_old["fc2.bias"], small.fc2.bias)
+    warnings.simplefilter("error")  # no warning with weights_only=False (only for a file you trust)
+    trusted_old = torch.load(io.BytesIO(py2_file), weights_only=False, encoding="latin1")
+assert trusted_old["note"] == old_file["note"]
 
 # %% [markdown]
 # ## 9. Exporting for deployment: from TorchScript to `torch.export`
@@ -1879,7 +1927,6 @@ def train_steps(
 ex.check(3, train_steps)
 
 # %% [markdown]
-# %% [markdown]
 # ## Summary
 #
 # * A `state_dict` is an ordered dictionary of parameters **and persistent buffers** (BatchNorm's statistics),
@@ -1896,7 +1943,7 @@ ex.check(3, train_steps)
 #   has been bypassed at least twice, fixed in 2.6 and 2.10): keep PyTorch updated and take weights from
 #   strangers only as `safetensors`.
 # * A resumable checkpoint holds model, optimizer, scheduler, `GradScaler`, epoch and step, and the
-#   Python/NumPy/torch(/CUDA) random states, stored as tensors and plain values so that `weights_only=True` loads
+#   Python/NumPy/torch(/CUDA or MPS) random states, stored as tensors and plain values so that `weights_only=True` loads
 #   them (NumPy's array becomes a tensor). With a data order derived from the epoch, the resumed run is
 #   **bit-identical** to an uninterrupted one on the CPU. Dropping the RNG or optimizer state breaks that.
 # * An atomic save is a temporary file in the same folder (with the mode the umask gives, not `mkstemp`'s
@@ -1935,5 +1982,5 @@ ex.check(3, train_steps)
 # | Multi-GPU → CPU, solution 1: wrap in `nn.DataParallel`, then `cudnn.benchmark = True` | Wrapping first works; `cudnn.benchmark` has nothing to do with loading (it lets cuDNN pick convolution algorithms by timing them) | §8.2 · The `module.` prefix |
 # | Solution 2: `name = k[7:]` | Also cuts 7 characters from keys without the prefix (`submodule.weight` → `le.weight`); use `consume_prefix_in_state_dict_if_present` | §8.2 · The `module.` prefix |
 # | Solution 3: `k.replace('module.', '')` | Also rewrites `module.` inside names (`submodule.weight` → `subweight`) | §8.2 · The `module.` prefix |
-# | Python 2 checkpoints: patch `pickle` / `serialization.py` to use `encoding='latin1'` | `torch.load(path, weights_only=False, encoding="latin1")` takes the option itself (an option meant for `weights_only=False`, so for trusted files only; with the safe default PyTorch warns) | §8.4 · Checkpoints from Python 2 |
+# | Python 2 checkpoints: patch `pickle` / `serialization.py` to use `encoding='latin1'` | `torch.load(path, encoding="latin1")` takes the option itself and honours it with the safe default `weights_only=True` (ignore the warning that says otherwise); `weights_only=False` only for a trusted file the allow-list refuses | §8.4 · Checkpoints from Python 2 |
 # | TorchScript (`torch.jit.trace`, `torch.jit.script`, `jit.save`/`jit.load`) for deployment, with the nested `MyCell` / `MyRNNLoop` / `WrapRNN` example | All of TorchScript is deprecated (`FutureWarning`); the lesson keeps only `MyDecisionGate` to show tracing's flaw, and exports with `torch.export` (`torch.cond` for branches) | §9 · Exporting for deployment |
