@@ -49,9 +49,10 @@ print("torch", torch.__version__.split("+")[0])
 # shape: `zeros`, `ones`, `full` (one value everywhere), `arange` (a range, end excluded, like `range()`),
 # `linspace` (a number of evenly spaced points, both ends included), `eye` (the identity matrix), `rand` (uniform
 # in [0, 1)) and `randn` (standard normal). Every creation function takes `dtype=` and `device=` (create a tensor
-# where it will be used rather than moving it later), and each has a `*_like` twin that copies shape, dtype and
-# device from another tensor. `empty` only allocates: its values are whatever was in memory, so write before you
-# read.
+# where it will be used rather than moving it later). `zeros`, `ones`, `full`, `empty`, `rand`, `randn` and
+# `randint` (random integers) have a `*_like` twin that copies shape, dtype and device from another tensor
+# (`arange`, `linspace` and `eye` have none). `empty` only allocates: its values are whatever was in memory, so
+# write before you read.
 #
 # Two helpers appear in the cell before their own sections: `t.tolist()` turns a tensor into Python lists (for
 # printing; section 5), and `torch.Generator().manual_seed(0)` is a random-number stream of its own, seeded so
@@ -99,7 +100,8 @@ assert torch.ones_like(half).dtype == torch.float16 and torch.ones_like(half).de
 #
 # Before PyTorch 0.4 a tensor's type was a class per dtype and device, `torch.FloatTensor`, `torch.LongTensor`,
 # `torch.cuda.FloatTensor`, ... Those names survive in older code and in `t.type()` without an argument, which
-# returns the name as a string. The last column shows them.
+# returns the name as a string. The last column shows them. The cell converts a NumPy array of each dtype with
+# `torch.from_numpy(array)`, which makes a tensor on the array's memory (section 5 teaches it).
 
 # %%
 pairs = [
@@ -139,7 +141,8 @@ print(torch.tensor(1, dtype=torch.int32), torch.tensor(2.0, dtype=torch.double))
 # tensor of that shape holding whatever bytes were in memory. Print one and you may see `tensor([5])` or
 # `tensor([-637404160])`: garbage, different from run to run. Given a list or an array they do copy it
 # (`torch.BoolTensor([1, 0, 2, 0])` is `[True, False, True, False]`), which makes the trap worse. Use
-# `torch.tensor(data)` to store data, and `torch.empty/zeros/ones(size)` to allocate.
+# `torch.tensor(data)` to store data, and `torch.empty/zeros/ones(size)` to allocate. (`t.item()` in the cell reads
+# a one-element tensor as a Python number; section 5.)
 
 # %%
 legacy = torch.IntTensor(1)  # a tensor of shape (1,) with whatever was in memory
@@ -403,8 +406,14 @@ assert x[1, -1] == 7 and x[::2, 1:3].tolist() == [[1, 2], [9, 10]] and x[x % 5 =
 # returns a **view** (视图): a new tensor on the *same memory* as the original, so writing into it writes into the
 # original (section 4 shows how a view describes its elements without copying them). An index with a list or tensor
 # of indices, or a mask, is **advanced indexing** (高级索引): it picks arbitrary elements and returns a **copy** (副本).
+# One exception: a 0-d integer tensor, such as the `t.argmax()` of a 1-D tensor, acts like a plain integer, so
+# `x[torch.tensor(1)]` is a view, while the 1-element list `x[torch.tensor([1])]` is a copy.
 # Assigning *through* advanced indexing, `x[mask] = 0`, does write into `x`: an assignment is an in-place
 # operation on `x` itself (PyTorch calls `x.index_put_`), not a read followed by a write into the copy.
+#
+# A silent trap with repeated indices: `counts[[0, 0]] += 1` adds 1 once, not twice. It reads `counts[[0, 0]]` (a
+# copy), adds 1, and writes both results into the same element. To accumulate, use
+# `counts.index_put_((idx,), values, accumulate=True)` or `counts.index_add_(0, idx, values)`.
 
 # %%
 x = torch.arange(12.0).view(3, 4)
@@ -418,19 +427,29 @@ indexed = {
     "x[1]": x[1],
     "x[:, 1:3]": x[:, 1:3],
     "x[None, ..., 0]": x[None, ..., 0],
+    "x[torch.tensor(1)]": x[torch.tensor(1)],
+    "x[torch.tensor([1])]": x[torch.tensor([1])],
     "x[[0, 2]]": x[[0, 2]],
     "x[x > 6]": x[x > 6],
     "x[[0, 2], None]": x[[0, 2], None],
 }
 for expr, t in indexed.items():
-    print(f"{expr:16} shape {str(tuple(t.shape)):10} {kind(t)}")
-assert [kind(t) for t in indexed.values()] == ["view"] * 3 + ["copy"] * 3
+    print(f"{expr:20} shape {str(tuple(t.shape)):10} {kind(t)}")
+assert [kind(t) for t in indexed.values()] == ["view"] * 4 + ["copy"] * 4
 row, picked = x[1], x[[0, 2]]
 row[0] = -1.0  # writes into x
 picked[0, 0] = -2.0  # does not
 x[x > 6] = 0.0  # assignment through a mask writes into x
 print("x after the writes:", x.tolist())
 assert x[1, 0] == -1.0 and x[0, 0] == 0.0 and picked[0, 0] == -2.0 and (x <= 6).all()
+
+idx = torch.tensor([0, 0, 2])
+counts = torch.zeros(3)
+counts[idx] += 1  # index 0 appears twice but is incremented once
+accumulated = torch.zeros(3).index_put_((idx,), torch.ones(3), accumulate=True)
+print("counts[idx] += 1 ->", counts.tolist(), "| index_put_(accumulate=True) ->", accumulated.tolist())
+assert counts.tolist() == [1, 0, 1] and accumulated.tolist() == [2, 0, 1]
+assert torch.equal(torch.zeros(3).index_add_(0, idx, torch.ones(3)), accumulated)
 
 # %% [markdown]
 # The last index of the table mixes both kinds: `x[[0, 2], None]` picks rows 0 and 2 (a copy) and then inserts a
@@ -543,7 +562,8 @@ plt.show()
 #
 # So the view has strides `(3, 1, 6)`: no copy. `m62.view(3, 4)` is impossible: a row of the result would hold
 # the elements `0, 6, 1, 7`, which are +6, -5, +6 apart in the storage, and a dimension has only one stride. Only
-# then does `view` raise.
+# then does `view` raise. (The cell computes those steps with `torch.diff`, the differences of neighbouring
+# elements.)
 
 # %%
 v232 = m62.view(2, 3, 2)  # works on the non-contiguous tensor
@@ -617,7 +637,7 @@ assert detached._base is None and detached.untyped_storage().data_ptr() == base.
 # `torch.from_numpy(a)` and `t.numpy()` do not copy: the tensor and the array are two views of the same memory, so
 # changing one changes the other. `clone()` makes an independent copy and breaks the link. `torch.tensor(a)`
 # always copies; `torch.as_tensor(a)` and `torch.asarray(a)` share when they can (same dtype, same device) and copy
-# otherwise.
+# otherwise. NumPy's `np.shares_memory(a, b)` tells whether two arrays overlap in memory; the cell uses it.
 
 # %%
 arr = np.zeros(3)
@@ -648,7 +668,8 @@ assert [np.shares_memory(t.numpy(), arr) for t in conversions.values()] == [Fals
 # teaches). `.numpy()` refuses such a tensor. `t.detach()` returns a tensor on the same memory without that
 # recording; older code writes `t.data`, which is similar (notebook 02 shows where it differs). Neither is a copy:
 # an array made with `t.detach().numpy()` or `t.data.numpy()` changes when the tensor does. To get a snapshot, copy:
-# `t.detach().clone().numpy()`, or `np.array(t.detach())`. (`torch.no_grad()` in the cell lets it change `w` in
+# `t.detach().clone().numpy()`, or `np.array(t.detach())`. `t.numpy(force=True)` detaches (and moves to the CPU)
+# for you; on a CPU tensor it still shares memory. (`torch.no_grad()` in the cell lets it change `w` in
 # place without recording; notebook 02 explains it.)
 #
 # In the other direction, NumPy arrays can have **negative strides** (`a[::-1]` walks the memory backwards), which
@@ -661,6 +682,7 @@ via_data, via_detach, via_clone = w.data.numpy(), w.detach().numpy(), w.detach()
 with torch.no_grad():
     w.add_(5)
 print("after w.add_(5):  .data.numpy()", via_data, "| .detach().numpy()", via_detach, "| .clone().numpy()", via_clone)
+assert np.shares_memory(w.numpy(force=True), via_detach)
 try:
     w.numpy()
 except RuntimeError as err:
@@ -679,15 +701,17 @@ print("from_numpy(a[::-1].copy()):", fixed.tolist(), "| or torch.flip:", torch.f
 assert fixed.tolist() == [3, 2, 1, 0]
 
 # %% [markdown]
-# Every dtype of section 2's table converts to NumPy and back, `int8` included. The exception is `bfloat16`:
-# NumPy has no such type, so `.numpy()` raises; convert to `float32` first.
+# Every dtype of section 2's table converts to NumPy and back, `int8` included. The exceptions are the types NumPy
+# lacks: `bfloat16`, the 8-bit floats (`float8_e4m3fn`, `float8_e5m2`) and `complex32`. For them `.numpy()` raises;
+# convert to `float32` (or `complex64`) first.
 
 # %%
+for low in (torch.bfloat16, torch.float8_e4m3fn):
+    try:
+        torch.tensor([1.5, 2.0]).to(low).numpy()
+    except TypeError as err:
+        print(f"{str(low):20} .numpy():", type(err).__name__ + ":", err)
 bf = torch.tensor([1.5, 2.0], dtype=torch.bfloat16)
-try:
-    bf.numpy()
-except TypeError as err:
-    print("bfloat16 .numpy():", type(err).__name__ + ":", err)
 print("bf.float().numpy() =", bf.float().numpy())
 assert bf.float().numpy().dtype == np.float32
 
@@ -715,6 +739,8 @@ except RuntimeError as err:
 # tensor itself instead of returning a new one; so do `+=`, `*=`, ..., and `out=` does the same for functions.
 # Without them, `y = y + x` computes a new tensor in new memory and then rebinds the name `y` to it. In-place
 # operations save memory, but autograd sometimes needs the old values; notebook 03 shows the error you then get.
+# The cell checks "same memory" with `t.data_ptr()`, the address of the tensor's first element (unlike
+# `t.untyped_storage().data_ptr()`, the start of its storage, it includes the offset).
 
 # %%
 a = torch.tensor([1.0, 2.0, 3.0])
@@ -801,8 +827,9 @@ print(
 # Element-wise operations (`+`, `*`, `torch.mul`) **broadcast**: shapes are aligned from the right, and a dimension
 # of size 1 (or a missing one) is stretched to match. "Stretched" costs nothing: the size-1 dimension gets stride 0,
 # so the same element is read again and again. `expand` makes such a stride-0 view on purpose; `repeat` makes a
-# real copy. A stride-0 view is read-only in practice: an in-place write into it would write one memory location
-# several times, and PyTorch refuses.
+# real copy. Writing into a stride-0 view is a trap: one memory location stands for several elements. Arithmetic
+# in-place operations (`add_`, `mul_`, `clamp_`, `copy_`, ...) refuse; `fill_`, `zero_` and indexed assignment
+# do not, and silently change every element that shares the location, and the original tensor with them.
 
 # %%
 col, row = torch.arange(3).view(3, 1), torch.arange(4)
@@ -846,6 +873,9 @@ try:
     expanded.add_(1)
 except RuntimeError as err:
     print("expanded.add_(1):", str(err).split(". ")[0])
+expanded[0, 0] = 9  # accepted: writes col[0], which is the whole first row of expanded
+print("after expanded[0, 0] = 9: col =", col.flatten().tolist(), "| expanded[0] =", expanded[0].tolist())
+assert col[0, 0] == 9 and expanded[0].tolist() == [9, 9, 9, 9]
 
 # %% [markdown]
 # ### Matrix products
@@ -1204,15 +1234,17 @@ ex.check(3, nearest)
 # - Reductions (归约) take `dim` (removed) and `keepdim=True` (kept with size 1, ready to broadcast); `cat` joins
 #   along an existing dimension, `stack` along a new one; `unsqueeze/squeeze/permute/flatten` reshape the
 #   dimensions.
-# - Basic indexing (integers, slices, `None`, `...`) gives views; advanced indexing (index lists, masks) gives
-#   copies, but assignment through it (`x[mask] = 0`) writes in place.
+# - Basic indexing (integers, slices, `None`, `...`, and 0-d integer tensors) gives views; advanced indexing
+#   (index lists, masks) gives copies, but assignment through it (`x[mask] = 0`) writes in place; with repeated
+#   indices, `+=` adds once (accumulate with `index_add_` or `index_put_(..., accumulate=True)`).
 # - A tensor is storage (存储) + offset + shape + strides (步长). A transpose swaps sizes and strides and moves
 #   nothing. `view` works whenever the requested shape can be expressed with the existing strides, contiguous or
 #   not; `reshape` always works and copies only when it must; `.contiguous().view()` gives the same values but
 #   copies every non-contiguous tensor. Tell views from copies by their storage, not by the private `_base`.
 # - `from_numpy`/`.numpy()`/`as_tensor` share memory, and so do `.detach().numpy()` and `.data.numpy()`;
 #   `clone()` and `torch.tensor` copy; `from_numpy` refuses NumPy's negative strides (copy first) and `.numpy()`
-#   refuses `bfloat16` (convert first). A loss is a 0-d tensor: read it with `item()`.
+#   refuses `bfloat16` and the other types NumPy lacks (convert first). A loss is a 0-d tensor: read it with
+#   `item()`.
 # - Images: `uint8` (H, W, C) ↔ float (C, H, W) in [0, 1]; clamp before `.byte()`, which truncates.
 # - Broadcasting (广播) aligns shapes from the right and stretches size-1 dimensions with stride 0 (`expand`),
 #   without copying (`repeat` copies); `mm` is 2-D, `bmm` batched 3-D, `matmul`/`@` broadcasts the batch
@@ -1250,7 +1282,7 @@ ex.check(3, nearest)
 # | A transpose "twists the storage", so `view` fails afterwards | A transpose swaps sizes and strides and moves nothing; `view` fails only when no strides can express the requested shape, and works on many non-contiguous tensors | §4 · Memory layout |
 # | `reshape` is equivalent to `.contiguous().view()` | Same values, but `reshape` returns a view whenever one exists, while `.contiguous().view()` copies every non-contiguous tensor | §4 · Memory layout |
 # | `tensor.data.numpy()` as an alternative to `tensor.clone().numpy()` | `.data` shares memory, so the array changes with the tensor; today's spelling of that is `.detach().numpy()`, and a copy is `.detach().clone().numpy()` | §5 · Tensors and NumPy |
-# | Every CPU tensor except `CharTensor` converts to NumPy and back | `int8` (`CharTensor`) converts; the exception today is `bfloat16`, which NumPy lacks | §5 · Tensors and NumPy |
+# | Every CPU tensor except `CharTensor` converts to NumPy and back | `int8` (`CharTensor`) converts; the exceptions today are the types NumPy lacks: `bfloat16`, the `float8` types, `complex32` | §5 · Tensors and NumPy |
 # | The loss has shape `(1,)`, so use `loss.item()` | A sum or mean is 0-d, shape `torch.Size([])`; `item()` works on any one-element tensor | §5 · Tensors and NumPy |
 # | `torch.from_numpy(np.asarray(PIL.Image.open(path)))` | `np.asarray` of a PIL image is read-only and `from_numpy` warns; `np.array` copies into writable memory | §6 · Images |
 # | `torchvision.transforms.functional.to_tensor` | The old transforms API: `v2.functional.to_image` + `to_dtype(..., scale=True)` | §6 · Images |
