@@ -328,8 +328,10 @@ err = expect_error(lambda: torch.autograd.grad(y, x))  # now the saved x is gone
 # `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):`, each time an operation saves a tensor for
 # backward, autograd calls `pack(tensor)` and keeps whatever `pack` returns; whenever the tensor is needed again
 # (by `backward()`, or when you read `_saved_self`), it calls `unpack(kept)`, even after the `with` block has ended.
-# For the loss of section 2 exactly one tensor is saved, `y1 - y2 = -2`: the addition and the multiplication by a
-# constant save nothing. Returning something other than the tensor itself is how memory-saving tools work:
+# For the loss of section 2 the hooks see exactly one tensor, `y1 - y2 = -2`: the addition saves nothing, and the
+# multiplication `2 * x` saves its Python scalar `2`, but as a *wrapped number* (a 0-d tensor autograd makes from a
+# Python number), which saved-tensor hooks never see. A tensor constant, `x * torch.tensor(2.0)`, would be packed.
+# Returning something other than the tensor itself is how memory-saving tools work:
 # **offloading** moves the tensor to CPU memory in `pack` and back in `unpack`, and activation checkpointing keeps
 # nothing and recomputes it. Notebook 11 uses these hooks to measure how much a model saves.
 
@@ -354,9 +356,16 @@ with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
     loss = (y1 - y2) ** 2
 print("packed while recording:", packed)
 print("PowBackward0's saved value:", loss.grad_fn._saved_self.item(), "| unpacked so far:", unpacked)
+scalar_saved = y2.grad_fn._saved_other.item()  # read before backward() frees it
+print("MulBackward0 of 2 * x saved the scalar", scalar_saved, "without packing it")
 loss.backward()
 print("unpacked after backward():", unpacked)
 assert packed == [-2.0] and unpacked == [-2.0, -2.0]
+packed.clear()
+with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+    x * torch.tensor(2.0)
+print("x * torch.tensor(2.0) packs:", packed)
+assert scalar_saved == 2 and packed == [2.0]
 
 # %% [markdown]
 # ## 4. Leaf and non-leaf tensors (叶子节点与非叶子节点), `retain_grad`
@@ -506,12 +515,13 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 #   changing the detached tensor's *shape* in place (`t_()`, `resize_()`, `set_()`) leaves `t` as it was.
 # - `with torch.no_grad():` records nothing inside the block: for evaluation and for updating parameters by hand.
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
-# - `with torch.inference_mode():` goes further: in **inference mode** (推理模式) every tensor made inside is an
-#   **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter** (版本计数器),
-#   section 8). Later, outside the block, an inference tensor may still be an input of a recorded operation whose
-#   backward does not need to keep it (`t + p`: the gradient of a sum does not depend on `t`); an operation that must
-#   **save** it for backward (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is
-#   recorded, not later at `backward()`. Clone it (`t.clone()`) to get a normal tensor, as the error message says.
+# - `with torch.inference_mode():` goes further: in **inference mode** (推理模式) every new tensor computed inside
+#   is an **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter**
+#   (版本计数器), section 8); a view of a normal tensor stays normal. Later, outside the block, an inference tensor
+#   may still be an input of a recorded operation whose backward does not need to keep it (`t + p`: the gradient of
+#   a sum does not depend on `t`); an operation that must **save** it for backward (`t * p`, whose gradient for `p`
+#   is `t`) is refused at once, when the operation is recorded, not later at `backward()`. Clone it (`t.clone()`)
+#   to get a normal tensor, as the error message says.
 # - `model.eval()` is **not** one of them: it switches layers such as dropout and batch norm to their evaluation
 #   behaviour, but the graph is still recorded.
 #
@@ -562,7 +572,10 @@ assert not evaluate(p).requires_grad and torch.is_grad_enabled()  # recording is
 # %%
 with torch.inference_mode():
     t = p * 2
+    p_view = p.view(2)  # a view of the normal tensor p
 print("inference_mode: is_inference", t.is_inference(), "| requires_grad", t.requires_grad)
+print("a view of p made inside: is_inference", p_view.is_inference())
+assert t.is_inference() and not p_view.is_inference()
 expect_error(lambda: t._version)
 p.grad = None
 (t + p).sum().backward()  # allowed: AddBackward0 saves nothing, so t can take part
@@ -703,11 +716,14 @@ assert "modified by an inplace operation" in str(err) and "is at version 1; expe
 print("the message ends:", str(err).split("Hint: ")[1])
 
 # %% [markdown]
-# A common memory tip is to make every ReLU in place (`nn.ReLU(inplace=True)`, or `F.relu(x, inplace=True)`): it
-# saves one activation-sized tensor per ReLU, and it is safe exactly when the overwritten tensor is not needed for
-# backward. ReLU's derivative can be read from its *output* (`output > 0`), and a linear layer saves its *inputs*,
-# not its output, so Linear → ReLU(inplace) is safe and gives the same gradients. Sigmoid saves its output, so
-# Sigmoid → ReLU(inplace) destroys what sigmoid needs. (Section 9.4 shows one more place where in-place ReLUs fail.)
+# A common memory tip is to make every ReLU in place (`nn.ReLU(inplace=True)`, or `F.relu(x, inplace=True)`). What
+# it saves is a temporary: out of place, a ReLU's input and its result exist side by side for a moment, which
+# raises the peak memory. What backward keeps is the same either way, since the input is freed right after the
+# ReLU (the cell counts the bytes saved for backward with the hooks of section 3). It is safe exactly when the
+# overwritten tensor is not needed for backward. ReLU's derivative can be read from its *output* (`output > 0`),
+# and a linear layer saves its *inputs*, not its output, so Linear → ReLU(inplace) is safe and gives the same
+# gradients. Sigmoid saves its output, so Sigmoid → ReLU(inplace) destroys what sigmoid needs. (Section 9.4 shows
+# one more place where in-place ReLUs fail.)
 
 # %%
 seed_everything(0)
@@ -721,6 +737,23 @@ F.relu(lin(xb), inplace=True).sum().backward()
 gap = (lin.weight.grad - ref).abs().max().item()
 print(f"Linear -> ReLU(inplace): largest difference from the out-of-place gradient {gap:.1e}")
 assert gap <= 1e-6
+
+
+def bytes_saved_for_backward(inplace):
+    storages = {}  # one entry per memory block, however many saved tensors share it
+
+    def pack_size(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack_size, lambda t: t):
+        F.relu(lin(xb), inplace=inplace).sum()
+    return sum(storages.values())
+
+
+saved = {inplace: bytes_saved_for_backward(inplace) for inplace in (False, True)}
+print("bytes saved for backward: ReLU out of place", saved[False], "| in place", saved[True])
+assert saved[False] == saved[True]
 
 err = expect_error(lambda: F.relu(torch.sigmoid(lin(xb)), inplace=True).sum().backward())
 
@@ -807,14 +840,14 @@ print("fixed: output", fmt(fixed_sqrt(x)), "| gradient:", fmt(x.grad))
 assert torch.equal(x.grad, torch.tensor([0.25, 0.0]))
 
 # %% [markdown]
-# **The cost.** Anomaly detection is for debugging only, and PyTorch says so with a warning each time you turn it on.
+# **The cost.** Anomaly detection is for debugging only, and PyTorch says so with a warning when you turn it on.
 # Every recorded node stores a Python traceback (below: the node's `metadata`, the dictionary where anomaly mode
 # keeps it), which costs far more than a small operation itself, and every backward node's output is scanned for
 # NaN, which on a GPU also makes the CPU wait for the GPU at every node. `detect_anomaly(check_nan=False)` keeps the
 # tracebacks and skips the scan, which is all an in-place error needs (the error's own hint suggests it). The timing
 # below (ten forward and backward passes of a small **multi-layer perceptron** (多层感知机), or MLP: two linear
 # layers with a `tanh` between them; the best of five tries) varies with the machine, so its printed numbers are not
-# compared. For a model this small the slowdown is dozens of times on a CPU and about 3 times on a large GPU, where
+# compared. For a model this small the slowdown is ten times or more on a CPU and about 3 times on a large GPU, where
 # each step already spends most of its time launching GPU work; it is asserted to be at least 1.5 times.
 
 # %%
@@ -864,10 +897,12 @@ assert min(anomaly) > 1.5 * min(plain)
 #
 # 1. global forward pre-hooks, then the module's forward pre-hooks, `hook(module, args)`; a hook that returns
 #    something replaces the arguments;
-# 2. `forward(*args)`;
-# 3. global forward hooks, then the module's forward hooks, `hook(module, args, output)`; a hook that returns
+# 2. if backward hooks exist, the inputs are wrapped so that the hooks can see their gradients during `backward`;
+# 3. `forward(*args)`;
+# 4. global forward hooks, then the module's forward hooks, `hook(module, args, output)`; a hook that returns
 #    something replaces the output;
-# 4. if backward hooks exist, the inputs and outputs are wrapped so the hooks fire during `backward`.
+# 5. if backward hooks exist, the output is wrapped too, after the forward hooks: a forward hook sees the
+#    unwrapped output (section 9.4 relies on it).
 #
 # ### 9.1 Forward hooks, on one module and on all of them
 #
@@ -1132,6 +1167,9 @@ assert torch.equal(grads["tensor hook"], grads["full hook"])
 #
 # **Printing shapes layer by layer.** One forward hook on every leaf module prints what goes in and out: the
 # quickest way to find where a shape goes wrong in a model you did not write. The hooks are removed afterwards.
+# `model.named_modules()` yields every module of a model with its name (the model itself first, named `""`), and
+# `module.children()` a module's direct submodules, so a module without children is a leaf (notebook 10 teaches
+# both).
 #
 # The model is a small **convolutional network** (卷积神经网络) for 28×28 grey images, which notebook 04 teaches and
 # trains. Here you need only what each layer computes: `nn.Conv2d(1, 8, 3, padding=1)` slides 8 learned 3×3 filters
@@ -1286,7 +1324,9 @@ plt.show()
 # section 12.
 #
 # We write into `runs/03_dynamic_graphs_and_hooks/graph` and read the event file back with TensorBoard's own reader
-# (and the course's `read_events`, a short wrapper around it) to prove it holds a graph.
+# (and the course's `read_events`, a short wrapper around it) to prove it holds a graph. The model is a module
+# written by hand: `nn.Parameter(tensor)` wraps a tensor as a learnable parameter of the module, one that requires
+# grad and that `model.parameters()` lists (notebook 10 teaches it).
 
 # %%
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
