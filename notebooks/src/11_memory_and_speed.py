@@ -1,25 +1,31 @@
 # %% [markdown]
 # # 11 · Memory and speed (内存与速度)
 #
-# **What you learn.** The notes' tips for fitting a model in memory and making it run faster, each one measured
-# or asserted:
+# A model that does not fit in memory, or trains too slowly, is the everyday problem this lesson attacks. Each
+# technique is measured or asserted, never just recommended. (The lesson grew out of a teacher's study notes on
+# memory and speed tips for PyTorch 1.x; what changed since is listed in the last section.)
 #
-# 1. **activation checkpointing** (激活重计算): recompute instead of store, memory counted with saved-tensor
-#    hooks, the √N rule, peak memory on CUDA, and why `use_reentrant=False`;
-# 2. the **in-place operation** (原地操作): `ReLU(inplace=True)` and autograd's version counter;
-# 3. **DataLoader throughput**: worker processes, `persistent_workers`, pinned memory, `channels_last`;
-# 4. **`torch.compile`**: a whole *training step* compiled, its graph breaks (`fullgraph=True`), what a new input
-#    shape costs (automatic dynamic shapes, counted), and the **operator fusion** (算子融合) it buys;
-# 5. **Conv+BN fusion** for inference;
-# 6. int8 **quantisation** (量化) with torchao;
-# 7. **profiling** (性能剖析) with `torch.profiler` and `cProfile`.
+# **You will learn to**
+#
+# 1. trade computation for memory with **activation checkpointing** (激活重计算): count the saved activations with
+#    saved-tensor hooks, find the √N optimum, read peak memory on CUDA, choose `use_reentrant=False`, and keep the
+#    expensive matrix products with **selective activation checkpointing** (选择性激活重计算);
+# 2. use an **in-place operation** (原地操作) such as `ReLU(inplace=True)` and say what it does and does not save;
+# 3. keep the model fed: DataLoader **worker processes**, `persistent_workers`, pinned memory, `channels_last`;
+# 4. compile with **`torch.compile`**: a whole training step, its **graph breaks** (图中断), recompiles for new
+#    shapes, the logs and stances that show and control them, the compile modes, and the **operator fusion**
+#    (算子融合) it buys;
+# 5. fold **Conv+BN** into one convolution for inference;
+# 6. **quantise** (量化) Linear layers to int8 with torchao, and measure what that buys in size and in speed;
+# 7. **profile** (性能剖析): operators with `torch.profiler` (a trace file, memory), FLOPs with `FlopCounterMode`,
+#    Python code with `cProfile`.
 #
 # **You should know:** autograd and a training loop (notebooks 02–04); hooks (notebook 03) help in section 1.
 # `zero_grad(set_to_none=True)` and why optimizers skip `None` gradients are in [notebook 02](02_autograd.ipynb),
 # §4; the in-place errors of autograd in [notebook 03](03_dynamic_graphs_and_hooks.ipynb), §8; worker processes
 # and samplers in [notebook 04](04_mnist_cnn.ipynb), §3–5.
 #
-# **Study time:** about 80 min (20 of them for the exercises). The first run on a machine spends about 15 s more than
+# **Study time:** about 100 min (20 of them for the exercises). The first run on a machine spends about 15 s more than
 # later runs while Inductor builds its C++ kernels (it keeps them on disk).
 #
 # **On a GPU:** activation memory is also measured with `torch.cuda.max_memory_allocated`, batches are pinned and
@@ -29,7 +35,7 @@
 # %% [markdown]
 # ## Setup
 #
-# Besides the imports, five settings that are plumbing, not lessons (each line says why):
+# Besides the imports, five settings that quiet or speed up tools used later (each line says why):
 
 # %%
 import contextlib
