@@ -594,7 +594,9 @@ else:
 #
 # A whole training step, forward + loss + `backward()` + `optimizer.step()`, compiled with `aot_eager`. To see
 # what gets compiled, we build the backend with `aot_autograd` and two compilers that count the forward and the
-# backward graphs they are given, then run three steps next to an eager copy of the same model.
+# backward graphs they are given, then run three steps next to an eager copy of the same model. (`aot_autograd`,
+# `make_boxed_func` and the `counters` dictionary are internals of `torch._dynamo` and `torch._functorch`, good for
+# looking inside; section 4.4 shows the public switches for your own code.)
 
 # %%
 import torch._dynamo  # noqa: E402
@@ -820,8 +822,8 @@ assert ELEMENTWISE <= set(dispatched["eager"]) and not ELEMENTWISE & set(dispatc
 # release). In your own code use the public switches. The environment variable
 # **`TORCH_LOGS="graph_breaks,recompiles"`** (set before starting Python: `TORCH_LOGS=graph_breaks,recompiles python
 # train.py`) makes Dynamo log every graph break with its reason and user-code line, and every recompile with the
-# guard that failed. From inside a notebook, `torch._logging.set_logs(graph_breaks=True, recompiles=True)` does the
-# same (and `set_logs()` with no argument resets). The log lines go to standard error with a timestamp prefix; the
+# guard that failed. From inside a notebook, `torch._logging.set_logs(graph_breaks=True, recompiles=True)` (a
+# documented function, despite the underscore) does the same (and `set_logs()` with no argument resets). The log lines go to standard error with a timestamp prefix; the
 # cell catches them and prints their text without it.
 
 
@@ -1061,7 +1063,8 @@ assert tuple(int(v) for v in torch.__version__.split(".")[:2]) > (2, 10)
 
 # %% [markdown]
 # **And the speed?** Smaller is not automatically faster. The cell times the three models on the 4096 test rows
-# side by side (the fastest of 5 calls each, on one thread, eager mode, no `torch.compile`).
+# side by side (the fastest of 5 calls each, on one thread, eager mode, no `torch.compile`), with `timeit.repeat`
+# from Python's standard library, which calls a function `repeat` times and returns each duration.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1087,8 +1090,8 @@ for name, ms in eager_ms.items():
 assert all(ms > 0 for ms in eager_ms.values())
 
 # %% [markdown]
-# In our runs (a shared 2-core Intel server), eager int8 dynamic took 2.5 to 4 times as long as float32, and
-# weight-only int8 up to 1.5 times as long; the cell above prints the ratios on your machine. The reasons are worth knowing before you quantise for speed:
+# In our runs (a shared 2-core Intel server), eager int8 dynamic took 2 to 4 times as long as float32, and
+# weight-only int8 1 to 1.6 times as long; the cell above prints the ratios on your machine. The reasons are worth knowing before you quantise for speed:
 #
 # * **overhead around small matrices**: every call first computes the per-row scales of the activation, rounds it
 #   to int8, runs the int8 product, then rescales the int32 result back to float. These are separate passes over
@@ -1289,7 +1292,8 @@ torch.testing.assert_close(flip_per_sample(batch), flip_vectorised(batch))
 # Timed (the fastest of 7 calls each, on one thread so that the vectorised flip cannot wait for a second, busy
 # core) with `timeit.repeat` from the standard library: the loop is far slower, by a factor that depends on the
 # machine and its load (between 30 and 100 in our runs; the cell prints yours). The cell asserts only that the
-# loop is at least 5 times slower, a margin that holds everywhere.
+# loop is at least 5 times slower, a margin that holds everywhere. (For timing PyTorch code in your own projects,
+# `torch.utils.benchmark.Timer` does the warm-up, fixes the thread count and synchronises CUDA for you.)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
