@@ -229,7 +229,7 @@ plt.show()
 # inputs plus the last segment's 4 outputs plus transients (about 9 × 4 MiB). Over the whole step the
 # checkpointed run peaks while a segment is recomputed (about 11 activations against 19). The asserts leave
 # room around those ratios (0.53 and 0.6). On the CPU the saved-tensor count above is the measurement (the
-# CPU allocator keeps no such statistics).
+# CPU allocator keeps no peak statistics; section 7.1's `profile_memory=True` records CPU allocations per operator).
 #
 # Two habits from older tuning guides, and what they really do. `torch.cuda.empty_cache()` hands cached but unused
 # blocks back to the driver, so `nvidia-smi` (or `gpustat`) shows less memory in use, but it does not change what the
