@@ -130,7 +130,10 @@ assert curves["1 NumPy"][-1] < curves["1 NumPy"][0] / 2
 #
 # PyTorch's tensors have NumPy's operations under similar names: `@`, `.T`, and `clamp(min=0)` for $\max(h, 0)$. The
 # only gain so far is that the same code runs on a GPU once the tensors are moved there with `.to(device)`.
-# `torch.from_numpy` shares the array's memory and `torch.tensor(array)` copies it (notebook 01).
+# `torch.from_numpy` shares the array's memory and `torch.tensor(array)` copies it (notebook 01). The cell ends by
+# comparing its loss curve with NumPy's using `np.testing.assert_allclose(actual, desired, rtol=...)`, NumPy's
+# assertion that two arrays agree within a relative tolerance (it raises `AssertionError`, listing the mismatches, if
+# they do not); the later versions are checked the same way.
 
 # %%
 xt, yt = torch.from_numpy(x_np), torch.from_numpy(y_np)
@@ -202,7 +205,9 @@ np.testing.assert_allclose(curves["3 autograd"], curves["1 NumPy"], rtol=1e-9)
 #   `net.zero_grad()` resets their `.grad`, and `.double()` converts them to float64.
 #
 # A layer is a thin object around a function of `torch.nn.functional` (imported as `F`): the cell prints the whole
-# `forward` of `nn.ReLU`. Notebook 10 opens `nn.Module`, the class every layer and model derives from.
+# `forward` of `nn.ReLU`, read from the installed PyTorch with `inspect.getsource`, which returns the source code of a
+# function or class (`inspect` is a module of Python's standard library). Notebook 10 opens `nn.Module`, the class
+# every layer and model derives from.
 
 
 # %%
@@ -298,7 +303,8 @@ plt.show()
 #
 # Autograd records the operations done on tensors with `requires_grad=True`. A tensor you create yourself with
 # `requires_grad=True` is a **leaf tensor** (叶子节点); a tensor computed from it has a `grad_fn`, the graph node that
-# knows its backward formula, and is not a leaf. Calling `backward()` on a **scalar** walks the graph backwards with
+# knows its backward formula, and is not a leaf. (Every tensor with `requires_grad=False` counts as a leaf too, so
+# `torch.ones(2).is_leaf` is `True`; only leaves that require a gradient receive a `.grad`.) Calling `backward()` on a **scalar** walks the graph backwards with
 # the chain rule and stores $\partial y/\partial x$ in the `.grad` of every leaf that requires a gradient.
 #
 # The running example of this section is $f(x) = ax^2 + bx + c$ with $a=1, b=-2, c=1$, so $f(x) = (x-1)^2$. Its
@@ -462,7 +468,8 @@ assert (d12_dx1, d12_dx2) == (sum_dx1, sum_dx2) == (3.0, 2.0)
 # `backward()` refuses a non-scalar unless you pass a `gradient` tensor $g$ of the same shape as $y$. PyTorch then
 # computes the **vector–Jacobian product** (向量-雅可比积) $g^\top J$, which has the shape of $x$:
 # $(g^\top J)_j = \sum_i g_i\, \partial y_i/\partial x_j$. With $g$ all ones this is the gradient of `y.sum()`.
-# (Older code passes this argument as `grad_variables`; notebook 03 shows the warning that name gives today.)
+# (Older code calls `torch.autograd.backward(y, grad_variables=g)`. That keyword is now `grad_tensors` and the old name
+# warns, as notebook 03 shows; `Tensor.backward` never accepted it.)
 
 # %%
 x = torch.tensor([[0.0, 0.0], [1.0, 2.0]], requires_grad=True)
@@ -1342,7 +1349,8 @@ for name, fn in (("saves intermediates", SinhSavesIntermediates.apply), ("return
 #   performs.
 #
 # This is the custom Function of PyTorch's tutorial on fusing convolution and batch norm. We check it with
-# `gradcheck` in float64, and against the gradients of the built-in `F.conv2d`.
+# `gradcheck` in float64, and against the gradients of the built-in `F.conv2d` with `torch.testing.assert_close`
+# (notebook 01 §7), here with its tolerances set explicitly: `rtol=0, atol=1e-10`.
 
 
 # %%
@@ -1756,7 +1764,7 @@ ex = Checker("02")
 # %% [markdown]
 # ### Exercise 1 · Predict a vector-Jacobian product, then an accumulation
 #
-# Why does `backward` take a `gradient` argument (`grad_variables` in old code)? Section 3 answered: for a
+# Why does `backward` take a `gradient` argument (`grad_variables` of `torch.autograd.backward` in old code)? Section 3 answered: for a
 # non-scalar `y`, `backward(gradient=g)` computes the vector-Jacobian product $g^\top J$. Predict, on paper, what
 # this code prints:
 #
@@ -1884,7 +1892,7 @@ ex.check(3, linear_backward)
 # | Tensors are wrapped in `Variable(...)` to be differentiated, and optimizer parameters "should be `Variable`s" | `Variable` and `Tensor` merged in PyTorch 0.4; `Variable(t)` returns a plain tensor: use `requires_grad=True` or `requires_grad_()` | §2 · `backward()` on a scalar |
 # | Derivatives are printed with `dy_dx.data` | Use `.item()` for a number, `.detach()` for a tensor | §2 · `torch.autograd.grad` |
 # | The vector example calls `c.backward` twice on one graph, with `gradient=[1, 1]` then `[1, 2]`, and prints `[2, 12]` and `[1, 2]` | The second call raises, because the first freed the graph; with `retain_graph=True` the gradients would add up to `[4, 18]`; `[2, 12]` and `[1, 2]` are what a fresh graph gives | §3 · `backward()` on a non-scalar |
-# | The further reading asks why `backward` has a `grad_variables` argument | The argument is `gradient` (`grad_tensors` in `torch.autograd.backward`); the old name warns | §3 · `backward()` on a non-scalar |
+# | The further reading asks why `backward` has a `grad_variables` argument | The argument is `gradient` in `Tensor.backward`, which never accepted `grad_variables`; `grad_variables` was the keyword of `torch.autograd.backward`, now `grad_tensors`, and the old name warns there | §3 · `backward()` on a non-scalar |
 # | `loss.backward()` assigns gradients to `y1.grad` and `y2.grad`, and `x.grad` adds up the gradients it receives along each path | Non-leaf tensors keep no `.grad` unless `retain_grad()` is called (taught in notebook 03); the engine sums the paths' contributions in the node's input buffer and runs `AccumulateGrad` once with the sum; `.grad` adds up only across backward calls | §4 · The graph is freed; gradients accumulate |
 # | The `MyReLU` example computes `Y_hat - Y` with shapes `(2, 1)` and `(1, 2)` and prints gradients `4.5` | The difference broadcasts to `2×2`, comparing each prediction with both targets; the `4.5` come from that | §6 · `MyReLU` |
 # | The convolution Function names the weight gradient `grad_input` | It is the gradient of the weight (`grad_weight`) | §7 · A 2-D convolution as a Function |
