@@ -177,14 +177,30 @@ assert not np.array_equal(after_global_seed, from_rng) and not torch.equal(torch
 # %% [markdown]
 # ### 1.3 DataLoader workers: `generator` and `worker_init_fn`
 #
-# A `DataLoader` shuffles with its `generator=`, or with torch's global generator when it has none. Each
-# **worker process** (工作进程) (`num_workers > 0`, notebook 04, §5) has generators of its own. Every time the
-# workers start (every epoch, unless `persistent_workers=True` keeps them), the loader draws one `base_seed` from
-# the same generator, and worker `k` seeds torch and `random` with `base_seed + k` and NumPy's global generator
-# with a value derived from both (`torch/utils/data/_utils/worker.py`; before PyTorch 1.9 NumPy was not seeded,
-# so every worker produced the same "random" augmentations). The loader does not seed generator objects: one that
-# your dataset creates in `__init__` (a `default_rng`, say) is copied into every worker with the same state, and
-# all workers draw the same numbers. Create it in the worker instead, from `torch.initial_seed()`.
+# A `DataLoader` draws from its `generator=`, or from torch's global generator when it has none. It does so at
+# every `iter(loader)`, that is at every epoch, even with `shuffle=False` and `num_workers=0`: it draws one number,
+# the `base_seed` for its workers. When it shuffles without a `generator=`, its `RandomSampler` also draws a seed
+# from the global generator at every epoch, and shuffles with a private `torch.Generator` seeded with it. So one
+# pass over any loader moves the global generator, and every random number drawn after it changes. The cell shows
+# it with `torch.get_rng_state()` (notebook 06), the global generator's state as a byte tensor.
+
+# %%
+torch.manual_seed(0)
+state_before = torch.get_rng_state()
+batches = [batch.tolist() for batch in DataLoader(range(4), batch_size=2)]  # no shuffling, no workers
+moved = not torch.equal(state_before, torch.get_rng_state())
+print("batches:", batches, "| the pass moved the global generator:", moved)
+assert moved
+
+# %% [markdown]
+# Each **worker process** (工作进程) (`num_workers > 0`, notebook 04, §5) has generators of its own. Worker `k`
+# seeds torch and `random` with `base_seed + k` and NumPy's global generator with a value derived from both
+# (`torch/utils/data/_utils/worker.py`; before PyTorch 1.9 NumPy was not seeded, so every worker produced the same
+# "random" augmentations); with `persistent_workers=True` the workers, and their seeds, are kept from one epoch to
+# the next. The loader does not seed generator objects: one that your dataset creates in `__init__` (a
+# `default_rng`, say) is copied into every worker with the same state, and all workers draw the same numbers.
+# Create it in the worker instead, from `torch.initial_seed()`: it returns the seed the global torch generator was
+# last seeded with, which inside worker `k` is `base_seed + k`.
 #
 # So the recipe is: give the loader `generator=torch.Generator().manual_seed(seed)`, and pass a
 # `worker_init_fn` for everything else the workers use. PyTorch's documentation suggests `seed_worker`, which the
@@ -436,8 +452,9 @@ assert one_thread != two_threads and abs(one_thread / two_threads - 1) < 1e-5
 # * the **batch size**: the same sample alone or in a batch of 64 (a matrix library uses other kernels, blockings
 #   and summation orders for other shapes);
 # * the **vector instructions** (指令集) of the CPU: ATen, PyTorch's kernel library, picks AVX2, AVX-512 or
-#   ARM kernels at start-up; the variable `ATEN_CPU_CAPABILITY=default` makes a fresh process use its generic
-#   kernels instead (this part starts a fresh Python, a few seconds);
+#   ARM kernels at start-up (`torch.backends.cpu.get_cpu_capability()` names the set it picked); the variable
+#   `ATEN_CPU_CAPABILITY=default` makes a fresh process use its generic kernels instead (this part starts a fresh
+#   Python, a few seconds);
 # * the **device**: on a GPU, the same matrix product on the GPU and on the CPU.
 #
 # Which of these change the bits depends on your CPU, your libraries and the sizes, so this cell's output is not
@@ -577,9 +594,8 @@ ex = Checker("12")
 # %% [markdown]
 # ### Exercise 1 · Identical or not?
 #
-# Section 1 seeds every generator; section 3 shows what one extra draw does. For each pair
-# below, on the CPU, are `a` and `b` identical? Predict before running anything; one of the four goes a step
-# beyond section 3, and the hint explains it.
+# Section 1 seeds every generator and shows what a DataLoader draws (§1.3); section 3 shows what one extra draw
+# does. For each pair below, on the CPU, are `a` and `b` identical? Predict before running anything.
 #
 # ```python
 # # (a)
