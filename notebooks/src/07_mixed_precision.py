@@ -972,7 +972,8 @@ assert identical
 # float32. It is much faster than true float32 and needs no code change; it is a switch on the *float32* path,
 # independent of autocast. Since PyTorch 1.12 matrix products use true float32 unless you ask for TF32, while
 # cuDNN convolutions use TF32 by default. (Older code and older documentation say TF32 is on for both; that was
-# PyTorch 1.7–1.11.)
+# PyTorch 1.7–1.11.) The "CUDA semantics" page of PyTorch's documentation has the details:
+# <https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices>.
 #
 # Today's settings are strings, one per backend and operation, each `"ieee"` (true float32), `"tf32"`, or `"none"`
 # (inherit from the level above):
@@ -1438,9 +1439,9 @@ ex.check(3, first_overflow)
 # | Mixed precision works only on NVIDIA GPUs (float16); Apex needs a Volta GPU (V100, TITAN V) | Autocast runs on the CPU (bfloat16 or float16) and on any CUDA GPU; bfloat16 where the GPU computes it natively (Ampere and newer), float16 with a `GradScaler` on older GPUs | Setup; §2 · `torch.amp.autocast`: low precision where it is safe |
 # | `torch.cuda.amp.autocast()`, `torch.cuda.amp.GradScaler()` | Deprecated (`FutureWarning`): `torch.amp.autocast("cuda", ...)`, `torch.amp.GradScaler("cuda")`, the same for `"cpu"` | §2 · `torch.amp.autocast`: low precision where it is safe |
 # | Apex: `amp.initialize(model, optimizer, opt_level="O1")`, `amp.scale_loss`, `apex.parallel.DistributedDataParallel`; the DDP script calls `amp.initialize` before `optimizer` exists and never imports `amp` | Apex is not needed: autocast and `GradScaler` (O1), PyTorch's own DDP and `nn.SyncBatchNorm` (notebook 08); create the model and optimizer first, then the scaler | §1.1 · Pure 16-bit training stalls (the opt levels); §3 · `torch.amp.GradScaler`, step by step |
-# | O3, pure float16, is "very unstable" | It learns, then stalls once its updates fall below half an ulp of the weights | §1.1 · Pure 16-bit training stalls |
+# | O3, pure float16, is "very unstable" | Besides float16's overflows, it stalls: it learns, then its updates fall below half an ulp of the weights and are lost | §1.1 · Pure 16-bit training stalls |
 # | Mixed precision "stores weights and gradients in FP16" | Weights, gradients and optimizer state stay float32; autocast makes 16-bit copies for the operations that use them | §2 · `torch.amp.autocast`: low precision where it is safe; §5 · Measured |
-# | Memory halves, so batches can double | Only the saved activations halve, and a 16-bit copy of each weight is added: from almost half down to *more* memory, depending on batch and model size | §5 · Measured: float32 versus autocast |
+# | Memory halves, so batches can double | Only the saved activations halve, and a 16-bit copy of each weight is added: anywhere from about half the memory to *more* memory, depending on batch and model size | §5 · Measured: float32 versus autocast |
 # | Communication between GPUs drops sharply | The gradients stay float32, so DDP's all-reduce moves as many bytes; a compression hook halves it | §5 · Measured: float32 versus autocast |
 # | 16-bit arithmetic is 2–8× faster, with no loss of accuracy | The loss curve matches; the speed depends on the hardware: 15× for a large matrix product on an H100, none for a small model, slower where bfloat16 is emulated | §5 · Measured: float32 versus autocast |
 # | Be careful with "unsafe operations like mean and sum" | Reductions accumulate in float32 and round only their result; a total *stored* in 16 bits after every step is what stalls | §1 · Why 16 bits, and what breaks |
