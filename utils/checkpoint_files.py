@@ -1,10 +1,11 @@
 """Crash-proof training checkpoints: atomic saves, the last N kept, and an exact resume.
-Used by notebooks 06, 07 and 08.
+Used by notebooks 06 and 08.
 
 Notebook 06 teaches *why* each piece is here and writes the atomic save and the capture of the random states out
-in full before using these helpers. Other code only calls them: notebook 07 saves and resumes a ``GradScaler`` with
-``save_checkpoint(..., scaler=...)`` and ``load_checkpoint``, and the DDP scripts of notebook 08
-(written by the notebook into ``notebooks/runs/``) write their checkpoints with :func:`atomic_torch_save`::
+in full before using these helpers. Other code only calls them: the DDP scripts of notebook 08 (written by the
+notebook into ``notebooks/runs/``) write their checkpoints with :func:`atomic_torch_save`. Notebook 07 saves a
+``GradScaler``'s state with plain ``torch.save`` and names ``save_checkpoint(..., scaler=...)`` as the crash-safe
+way. A training loop uses them so::
 
     from utils.checkpoint_files import load_checkpoint, latest_checkpoint, save_checkpoint
 

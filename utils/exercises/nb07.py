@@ -16,7 +16,7 @@ EXERCISES = Registry("07")
 
 WHY = "1. Why 16 bits, and what breaks"
 AUTOCAST = "2. `torch.amp.autocast`: low precision where it is safe"
-SCALER = "3. `torch.amp.GradScaler`: the notes' walk-through"
+SCALER = "3. `torch.amp.GradScaler`, step by step"
 RECIPES = "4. Recipes"
 HOOKS = "03 · 10. Practical uses of hooks"
 
@@ -69,7 +69,7 @@ def predict_dtypes(answer):
     if grad_dt == torch.bfloat16:
         hint(
             "grad: autocast changes only how operations compute. The parameters stay float32 and their "
-            "gradients have the parameters' dtype: the answer to the notes' question is yes"
+            "gradients have the parameters' dtype: yes, the parameters stay float32 in mixed-precision training"
         )
     expect(grad_dt == layer.weight.grad.dtype, f"grad: not {grad_dt}")
 
@@ -179,7 +179,7 @@ MISTAKES = [
     (
         _no_zero_grad,
         "the gradients of the previous step were still there: call `optimizer.zero_grad()` in every "
-        "step (at its start, or after `scaler.update()` as the notes do)",
+        "step (at its start, or after `scaler.update()`, as many training loops do)",
         "02 · 4. The graph is freed; gradients accumulate (梯度累加)",
     ),
 ]
