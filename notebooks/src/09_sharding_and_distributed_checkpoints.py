@@ -1,9 +1,9 @@
 # %% [markdown]
 # # 09 · Beyond DDP: sharding and distributed checkpoints (分片与分布式检查点)
 #
-# **What you learn.** DDP (notebook 08) keeps a full copy of the model, its gradients and its optimizer state
-# on every process. That stops working when one copy no longer fits on one device. This notebook shows what
-# PyTorch 2.14 offers beyond it, on real processes:
+# DDP (notebook 08) keeps a full copy of the model, its gradients and its optimizer state on every process. That
+# stops working when one copy no longer fits on one device. **You will learn to** go beyond it with PyTorch 2.14,
+# on real processes, and to check each method against one process:
 #
 # 1. **ZeRO and FSDP2**: **sharding** (分片) parameters, gradients and optimizer states across ranks —
 #    **fully sharded data parallel** (完全分片数据并行). `fully_shard` on a **device mesh** (设备网格), parameters that
@@ -44,7 +44,7 @@
 # `load_rank_results`. Each launch prints its command line first: in a terminal in `notebooks/`, the same
 # `torchrun` command runs the script by hand (`$WORK` stands for this notebook's temporary folder).
 #
-# All of these programs talk through **c10d** (`torch.distributed`'s communication layer: process groups and
+# All of these programs talk through **c10d** (通信层, `torch.distributed`'s communication layer: process groups and
 # collectives over gloo or NCCL). DDP, FSDP2, DTensor, the checkpoint planner and the pipeline schedules below
 # are all built on it; none has a transport of its own.
 
@@ -220,7 +220,7 @@ with distributed() as info:
         layer.register_forward_hook(lambda mod, inp, out: seen.append((inp[0].dtype, mod.weight.dtype, out.dtype)))
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model3, mesh=mesh, mp_policy=policy)
-    out3 = model3(x[mine])  # float32 input: the root casts it to param_dtype
+    out3 = model3(x[mine])  # a float32 input: fully_shard casts it to param_dtype
     F.mse_loss(out3.float(), y[mine]).backward()
     short = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
     report(
@@ -237,18 +237,20 @@ with distributed() as info:
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.ckpt)
 
     # loading into a sharded model: the new model's own sharded state dict says which pieces this rank wants
-    torch.manual_seed(1)
-    fresh = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(dev)  # other random weights
+    with torch.device("meta"):  # shapes only, no memory: the full model never exists in one process
+        fresh = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
     for layer in (fresh[0], fresh[2]):
         fully_shard(layer, mesh=mesh)
     fully_shard(fresh, mesh=mesh)
+    on_meta = fresh[0].weight.to_local().device.type
+    fresh.to_empty(device=dev)  # allocate this rank's shards only (uninitialised memory, overwritten below)
     wanted = {"model": get_model_state_dict(fresh)}  # DTensors: this rank's shards, in the new layout
     dcp.load(wanted, checkpoint_id=args.ckpt)  # each rank reads only its own rows, in place
     set_model_state_dict(fresh, wanted["model"])
     for k, v in fresh.state_dict().items():
         torch.testing.assert_close(v.full_tensor(), full[k], rtol=0, atol=0)
     report(
-        "dcp.load into a fresh fully_shard model: equal to the saved model; "
+        f"dcp.load into a fully_shard model built on {on_meta}: equal to the saved model; "
         f"local 2.weight {tuple(fresh[2].weight.to_local().shape)}"
     )
     save_result(
@@ -360,8 +362,8 @@ assert [round(v / 1e9, 1) for v in paper.values()] == [120.0, 31.4, 16.6, 1.9]  
 #
 # * the **stored shards stay float32** — the master weights that Adam updates;
 # * before a unit runs, each rank casts its shard to `param_dtype` and the all-gather moves bfloat16: half the
-#   bytes of section 1's traffic; the forward and backward compute with bfloat16 weights (the root module also
-#   casts the floating-point inputs of `forward` to bfloat16, `cast_forward_inputs=True` by default);
+#   bytes of section 1's traffic; the forward and backward compute with bfloat16 weights (each sharded module also
+#   casts the floating-point inputs of its `forward` to bfloat16: `cast_forward_inputs=True` by default);
 # * the gradients are computed in bfloat16, cast to `reduce_dtype` and reduce-scattered in float32 (summing many
 #   ranks' gradients in bfloat16 would lose their small bits), and land as float32 `DTensor` gradients of the
 #   float32 shards.
@@ -475,10 +477,16 @@ assert sorted(state) == sorted(full) and int(state["0.weight"]["step"]) == 3
 # background thread while the next steps run.
 #
 # **Loading into a sharded model** is the same in-place pattern, run by every rank of the new job. At the end
-# of its script, after `dcp.save`, each rank built a fresh MLP with other random weights and loaded it:
+# of its script, after `dcp.save`, each rank built a new MLP and loaded it. A model too big for one device cannot
+# even be *created* whole, so it is built on the **meta device** (元设备, `torch.device("meta")`: tensors with a
+# shape and a dtype but no memory), sharded there, and only then given memory: `to_empty(device=...)` allocates
+# each rank's shards, uninitialised, which the load then overwrites:
 #
 # ```python
+# with torch.device("meta"):                         # every tensor created in this block is on "meta"
+#     fresh = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
 # fully_shard(fresh[0], mesh=mesh); fully_shard(fresh[2], mesh=mesh); fully_shard(fresh, mesh=mesh)
+# fresh.to_empty(device=dev)                         # allocate this rank's shards only
 # wanted = {"model": get_model_state_dict(fresh)}   # DTensors: which rows this rank holds, in the new layout
 # dcp.load(wanted, checkpoint_id=ckpt)              # each rank reads only the byte ranges of its own shards
 # set_model_state_dict(fresh, wanted["model"])      # copy them into the sharded parameters
@@ -494,8 +502,8 @@ assert sorted(state) == sorted(full) and int(state["0.weight"]["step"]) == 3
 # %%
 for r in (0, 1):
     print(f"rank {r}: {lines[r][9]}")
-assert lines[0][9] == "dcp.load into a fresh fully_shard model: equal to the saved model; local 2.weight (2, 8)"
-assert lines[1][9] == "dcp.load into a fresh fully_shard model: equal to the saved model; local 2.weight (1, 8)"
+loaded = "dcp.load into a fully_shard model built on meta: equal to the saved model; local 2.weight"
+assert lines[0][9] == f"{loaded} (2, 8)" and lines[1][9] == f"{loaded} (1, 8)"
 
 # %% [markdown]
 # ## 3. Evaluation with a padded `DistributedSampler` is biased
@@ -652,7 +660,10 @@ assert len(ax.patches) == 4 * 2 * 2 + 4 * 2 * 2 - 2  # every slot outlined, all 
 # PyTorch 2.14 has all of them, built on `DTensor` and c10d: `torch.distributed.tensor.parallel`
 # (`parallelize_module` with the styles `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`) and
 # `torch.distributed.pipelining` (`pipeline`, `SplitPoint`, `PipelineStage`, schedules such as `ScheduleGPipe` and
-# `Schedule1F1B`). One script runs four of them on two ranks, each checked against the unsplit model:
+# `Schedule1F1B`). Older code sometimes splits a model with `torch.distributed.rpc` (remote procedure calls between
+# processes, a general framework for parameter servers and hand-built pipelines); these two libraries are today's
+# tools for splitting layers. One script runs four demonstrations on two ranks, each checked against the unsplit
+# model:
 #
 # **DDP over a model split across devices.** The PyTorch DDP tutorial's `ToyMpModel` puts `net1` on one GPU and
 # `net2` on another and moves the activation between them in `forward` — the simplest model parallelism (a
@@ -674,7 +685,7 @@ assert len(ax.patches) == 4 * 2 * 2 + 4 * 2 * 2 - 2  # every slot outlined, all 
 # `pipe.build_stage(r, device)` keeps only the layers of stage r and knows its neighbours. A **schedule**
 # (调度) then drives the stages: `ScheduleGPipe(stage, n_microbatches=4, loss_fn=F.mse_loss)` cuts the batch into
 # 4 **micro-batches** (微批次), runs all forwards (each stage sends its activation to the next with point-to-point
-# `send`/`recv`), then all backwards (gradients flow back the same way), accumulating the parameter gradients.
+# `isend`/`irecv`), then all backwards (gradients flow back the same way), accumulating the parameter gradients.
 # Rank 0 calls `schedule.step(x)`, the last rank `schedule.step(target=y, losses=[])` and gets the output. Each
 # micro-batch's loss is a mean; the schedule divides the accumulated gradients by the number of micro-batches
 # (`scale_grads=True`, its default), so they equal the gradients of the whole batch's mean loss (with a
@@ -891,9 +902,10 @@ assert mlines[1][11:] == [
 
 # %% [markdown]
 # Rank 0 holds only `l1`, rank 1 only `l2` and `l3`; the pipeline's output, loss and every gradient equal the
-# unsplit model's. The price of a pipeline is the **bubble** (流水线气泡): with p stages and m micro-batches, GPipe
-# keeps each stage busy for m of the m + p − 1 time slots of the forward (and again of the backward), so a
-# fraction (p − 1)/(m + p − 1) of the time is idle: here (2 − 1)/(4 + 2 − 1) = 20 %. More micro-batches shrink it;
+# unsplit model's. The price of a pipeline is the **bubble** (流水线气泡): with p stages of equal cost and m
+# micro-batches, GPipe keeps each stage busy for m of the m + p − 1 time slots of the forward (and again of the
+# backward), so a fraction (p − 1)/(m + p − 1) of the time is idle: here (2 − 1)/(4 + 2 − 1) = 20 %. More
+# micro-batches shrink it;
 # `Schedule1F1B` has the same bubble but alternates one forward and one backward per stage, so a stage keeps at
 # most p micro-batches' activations instead of all m; interleaved and zero-bubble schedules shrink the bubble
 # further.
