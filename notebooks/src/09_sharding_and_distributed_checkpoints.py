@@ -118,7 +118,9 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| glo
 #
 # The script trains a small MLP for 3 Adam steps on 2 ranks, each with half of a batch of 16, and a
 # reference copy in the same process on the whole batch; `CommDebugMode` (`torch.distributed.tensor.debug`)
-# counts the collectives of the first step. Then it writes a distributed checkpoint (section 2).
+# counts the collectives of the first step. It then runs the same MLP with `reshard_after_forward=False` and with a
+# mixed-precision policy (both explained below), writes a distributed checkpoint and loads it back into a new
+# sharded model (section 2). The cells after it read its lines one topic at a time.
 
 # %%
 # %%writefile runs/fsdp_dcp.py
