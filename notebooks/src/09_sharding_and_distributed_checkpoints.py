@@ -1,31 +1,39 @@
 # %% [markdown]
 # # 09 · Beyond DDP: sharding and distributed checkpoints (分片与分布式检查点)
 #
-# **What you learn.** DDP (notebook 08) keeps a full copy of the model, its gradients and its optimizer state
-# on every process. That stops working when one copy no longer fits on one device. This notebook shows what
-# PyTorch 2.14 offers beyond it, on real processes:
+# DDP (notebook 08) keeps a full copy of the model, its gradients and its optimizer state on every process. That
+# stops working when one copy no longer fits on one device. **You will learn to** go beyond it with PyTorch 2.14,
+# on real processes, and to check each method against one process:
 #
 # 1. **ZeRO and FSDP2**: **sharding** (分片) parameters, gradients and optimizer states across ranks —
 #    **fully sharded data parallel** (完全分片数据并行). `fully_shard` on a **device mesh** (设备网格), parameters that
 #    each become a **distributed tensor** (分布式张量, `DTensor`), the all-gathers and reduce-scatters it runs, proved equal
-#    to one process; the bytes each rank holds, from the real shards;
+#    to one process; the bytes each rank holds, from the real shards; FSDP2's **mixed precision** (混合精度,
+#    `MixedPrecisionPolicy`): bfloat16 compute over float32 shards;
 # 2. a **distributed checkpoint** (分布式检查点, `torch.distributed.checkpoint`): two ranks write their own shards
-#    in parallel, and one process reads them back with another sharding: **resharding** (重分片), 2 → 1;
+#    in parallel; one process reads them back with another sharding — **resharding** (重分片), 2 → 1 — and a
+#    freshly sharded model loads them on 2 ranks;
 # 3. why evaluating with a padded `DistributedSampler` gives a **wrong metric**, and the fix;
 # 4. splitting the **model** instead of the batch: **data parallelism** (数据并行), **tensor parallelism** (张量并行) and
-#    **pipeline parallelism** (流水线并行), DDP over the notes' two-device `ToyMpModel`, and a column/row-parallel MLP on two ranks;
+#    **pipeline parallelism** (流水线并行): DDP over a model split across two devices (`ToyMpModel`), a
+#    column/row-parallel MLP and a two-stage GPipe pipeline on two ranks, each equal to the unsplit model;
 # 5. `torch.compile` with DDP: how the graph is cut at bucket boundaries so communication overlaps backward.
+#
+# The lesson grew out of a teacher's study notes written for PyTorch 1.x (the DDP tutorial's `ToyMpModel` comes
+# from there); the last section lists what changed since, for readers of those notes.
 #
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
 #
-# **Study time:** about 80 min (20 of them for the exercises).
-# Almost all of its run time is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch.
+# **Study time:** about 100 min (20 of them for the exercises).
+# Almost all of its run time is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch,
+# so each script packs several demonstrations.
 #
 # **On a GPU.** The scripts use NCCL and `cuda:LOCAL_RANK` when the machine has a GPU for every process, and
 # gloo on the CPU otherwise; the device mesh is built on the same device type. `ToyMpModel` puts its two halves
 # on two GPUs when each process has two (4 GPUs for 2 processes; its NCCL group is then not bound to one GPU);
-# here both halves are on the CPU. The stored outputs were made on the CPU; the GPU paths are untested.
+# here both halves are on the CPU. The outputs shown were made on a CPU; on GPUs the printed lines name `cuda`
+# devices and `nccl` where these say `cpu` and gloo.
 
 # %% [markdown]
 # ## Setup
@@ -33,7 +41,12 @@
 # The distributed programs are written by this notebook (`%%writefile`) into `notebooks/runs/` (ignored by git)
 # and started with `torchrun` through `utils.launch.run_torchrun`, as in notebook 08: workers report with
 # `report()` (lines `[rank N] ...`, sorted by rank) and return tensors through `save_result()` files read with
-# `load_rank_results`.
+# `load_rank_results`. Each launch prints its command line first: in a terminal in `notebooks/`, the same
+# `torchrun` command runs the script by hand (`$WORK` stands for this notebook's temporary folder).
+#
+# All of these programs talk through **c10d** (通信层, `torch.distributed`'s communication layer: process groups and
+# collectives over gloo or NCCL). DDP, FSDP2, DTensor, the checkpoint planner and the pipeline schedules below
+# are all built on it; none has a transport of its own.
 
 # %%
 import os
@@ -58,6 +71,13 @@ Path("runs").mkdir(exist_ok=True)  # the notebook runs in notebooks/: scripts go
 work = tempfile.TemporaryDirectory()  # checkpoints and result files of this notebook's launches
 WORK = Path(work.name)
 launch_seconds = {}
+
+
+def shell(result) -> list[str]:
+    """The launch's command lines as typed in a shell in notebooks/, with the temporary folder shown as $WORK."""
+    return [line.replace(str(WORK), "$WORK").replace(f"{Path.cwd()}/", "") for line in result.shell_lines()]
+
+
 print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| gloo:", dist.is_gloo_available())
 
 # %% [markdown]
@@ -98,11 +118,13 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type, "| glo
 #
 # The script trains a small MLP for 3 Adam steps on 2 ranks, each with half of a batch of 16, and a
 # reference copy in the same process on the whole batch; `CommDebugMode` (`torch.distributed.tensor.debug`)
-# counts the collectives of the first step. Then it writes a distributed checkpoint (section 2).
+# counts the collectives of the first step. It then runs the same MLP with `reshard_after_forward=False` and with a
+# mixed-precision policy (both explained below), writes a distributed checkpoint and loads it back into a new
+# sharded model (section 2). The cells after it read its lines one topic at a time.
 
 # %%
 # %%writefile runs/fsdp_dcp.py
-"""Notebook 09, sections 1-2: FSDP2 (fully_shard) on 2 processes, then a distributed checkpoint (DCP)."""
+"""Notebook 09, sections 1-2: FSDP2 (fully_shard) on 2 processes, its mixed precision, a distributed checkpoint."""
 import argparse
 import warnings
 
@@ -110,9 +132,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
 
@@ -192,9 +214,47 @@ with distributed() as info:
         F.mse_loss(model2(x[mine]), y[mine]).backward()
     report(f"reshard_after_forward=False, forward + backward: {count(comm)}")
 
+    # 混合精度: compute in bfloat16, keep float32 shards, reduce gradients in float32
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    model3 = make_mlp().to(dev)
+    seen = []  # what each Linear computes with: (input, weight, output) dtypes
+    for layer in (model3[0], model3[2]):
+        layer.register_forward_hook(lambda mod, inp, out: seen.append((inp[0].dtype, mod.weight.dtype, out.dtype)))
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model3, mesh=mesh, mp_policy=policy)
+    out3 = model3(x[mine])  # a float32 input: fully_shard casts it to param_dtype
+    F.mse_loss(out3.float(), y[mine]).backward()
+    short = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+    report(
+        f"mixed precision, forward of each Linear (input, weight, output): {[tuple(short[d] for d in t) for t in seen]}"
+    )
+    w3 = model3[0].weight
+    report(
+        f"mixed precision, after backward: stored {type(w3).__name__} {short[w3.dtype]}, "
+        f"grad {type(w3.grad).__name__} {short[w3.grad.dtype]}"
+    )
+
     # 分布式检查点: every rank writes its own shards; the plan and .metadata are agreed through rank 0
     model_sd, optim_sd = get_state_dict(model, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.ckpt)
+
+    # loading into a sharded model: the new model's own sharded state dict says which pieces this rank wants
+    with torch.device("meta"):  # shapes only, no memory: the full model never exists in one process
+        fresh = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    for layer in (fresh[0], fresh[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(fresh, mesh=mesh)
+    on_meta = fresh[0].weight.to_local().device.type
+    fresh.to_empty(device=dev)  # allocate this rank's shards only (uninitialised memory, overwritten below)
+    wanted = {"model": get_model_state_dict(fresh)}  # DTensors: this rank's shards, in the new layout
+    dcp.load(wanted, checkpoint_id=args.ckpt)  # each rank reads only its own rows, in place
+    set_model_state_dict(fresh, wanted["model"])
+    for k, v in fresh.state_dict().items():
+        torch.testing.assert_close(v.full_tensor(), full[k], rtol=0, atol=0)
+    report(
+        f"dcp.load into a fully_shard model built on {on_meta}: equal to the saved model; "
+        f"local 2.weight {tuple(fresh[2].weight.to_local().shape)}"
+    )
     save_result(
         args.out,
         {
@@ -207,8 +267,10 @@ with distributed() as info:
 # %%
 fsdp = run_torchrun("runs/fsdp_dcp.py", nproc=2, args=["--out", WORK / "fsdp", "--ckpt", WORK / "ckpt"])
 launch_seconds["fsdp_dcp"] = fsdp.wall_s
+print(*shell(fsdp))
 fsdp.print_ranks()
 lines = fsdp.by_rank()
+assert shell(fsdp) == ["torchrun --standalone --nproc_per_node=2 runs/fsdp_dcp.py --out $WORK/fsdp --ckpt $WORK/ckpt"]
 assert lines[0][0] == "0.weight DTensor global (8, 6) (Shard(dim=0),) local (4, 6)"
 assert lines[0][2].endswith("local (2, 8)") and lines[1][2].endswith("local (1, 8)")  # 3 rows: 2 + 1
 
@@ -288,16 +350,52 @@ for stage in paper:
 assert [round(v / 1e9, 1) for v in paper.values()] == [120.0, 31.4, 16.6, 1.9]  # the paper's Figure 1
 
 # %% [markdown]
-# Activations are not in the table: they depend on the batch and are **not** sharded by ZeRO (each rank
-# computes on its own batch); activation checkpointing and smaller micro-batches deal with them. And a layer
-# still has to fit in one device when it is gathered: the largest unit sets the peak, which is why one wraps
-# each transformer block in its own `fully_shard`.
+# Activations are not in the table: they depend on the batch and are **not** sharded by ZeRO's data-parallel
+# stages (each rank computes on its own batch); activation checkpointing and smaller micro-batches deal with
+# them. (The paper's separate "ZeRO-R" partitions saved activations too, but only across *model*-parallel
+# ranks, which hold copies of the same activations; FSDP2 does not do this.) And a layer still has to fit in one
+# device when it is gathered: the largest unit sets the peak, which is why one wraps each transformer block in its
+# own `fully_shard`.
 #
-# **On CPU with gloo, in PyTorch 2.14, FSDP2 works**: `init_device_mesh("cpu", ...)`, `fully_shard`, forward,
-# backward (gloo's reduce-scatter), Adam on `DTensor` shards, `full_tensor()` and the checkpoint below all ran
-# here. What the CPU cannot show is the point of it — overlapping the gathers with computation on separate CUDA
-# streams, and mixed precision (`fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))`).
-# On GPUs the same script runs unchanged with NCCL (`init_device_mesh("cuda", ...)`).
+# **FSDP2 with mixed precision.** Notebook 07 kept float32 weights and let `torch.autocast` run the matrix
+# products in a lower precision. FSDP2 does it at the level of its collectives instead, with
+# `fully_shard(module, mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+# reduce_dtype=torch.float32))`:
+#
+# * the **stored shards stay float32** — the master weights that Adam updates;
+# * before a unit runs, each rank casts its shard to `param_dtype` and the all-gather moves bfloat16: half the
+#   bytes of section 1's traffic; the forward and backward compute with bfloat16 weights (each sharded module also
+#   casts the floating-point inputs of its `forward` to bfloat16: `cast_forward_inputs=True` by default);
+# * the gradients are computed in bfloat16, cast to `reduce_dtype` and reduce-scattered in float32 (summing many
+#   ranks' gradients in bfloat16 would lose their small bits), and land as float32 `DTensor` gradients of the
+#   float32 shards.
+#
+# The script ran one forward and backward of the same MLP with this policy; a forward hook on each `Linear`
+# (notebook 03) recorded the dtypes of its input, its weight and its output:
+
+# %%
+for r in (0, 1):
+    print(f"rank {r}:", *lines[r][7:9], sep="\n  ")
+    assert lines[r][7] == (
+        "mixed precision, forward of each Linear (input, weight, output): "
+        "[('bfloat16', 'bfloat16', 'bfloat16'), ('bfloat16', 'bfloat16', 'bfloat16')]"
+    )
+    assert lines[r][8] == "mixed precision, after backward: stored DTensor float32, grad DTensor float32"
+
+# %% [markdown]
+# All of this runs on the CPU with gloo in PyTorch 2.14: `init_device_mesh("cpu", ...)`, `fully_shard`, the
+# mixed-precision policy, backward (gloo's reduce-scatter), Adam on `DTensor` shards, `full_tensor()` and the
+# checkpoints below. What only a GPU shows is the payoff: bfloat16 matrix products that are faster, and the
+# all-gathers of the next unit overlapping the computation of this one on separate CUDA streams. On GPUs the
+# same script runs unchanged with NCCL (`init_device_mesh("cuda", ...)`).
+#
+# With DDP there is no such policy: DDP all-reduces whatever gradients backward produces, so notebook 07's
+# `torch.autocast` + `GradScaler` inside the training loop is all it takes (section 4 runs it: the gradients
+# DDP all-reduces are float32, because the weights are). Older code often used NVIDIA's Apex library
+# (`amp.initialize`, `apex.parallel.DistributedDataParallel`) for this; `torch.amp` replaced it. A sharded
+# model in float16 (bfloat16 needs no scaler) uses `ShardedGradScaler` (`torch.distributed.fsdp.sharded_grad_scaler`):
+# each rank sees only its shards' gradients, so it all-reduces the "found inf" flag, and all ranks skip the same
+# steps.
 
 # %% [markdown]
 # ## 2. Distributed checkpoints: every rank writes its shard, any world size reads
@@ -380,12 +478,34 @@ assert sorted(state) == sorted(full) and int(state["0.weight"]["step"]) == 3
 # copies the state into CPU memory, returns a future (wait on it before the next save), and writes in a
 # background thread while the next steps run.
 #
-# Loading into a **sharded** model works the same way: build the model, `fully_shard` it on the new mesh, call
-# `get_state_dict(model, opt)` for state dicts of `DTensor`s in the new layout (an optimizer without state yet
-# gets one: `get_state_dict` runs one `step()` with zero gradients and the learning rate set to 0, so that the
-# Adam tensors exist to be loaded into), `dcp.load` into them, and
-# `set_state_dict(model, opt, model_state_dict=..., optim_state_dict=...)`. Each rank then reads only the
-# byte ranges of its new shards, whatever the old world size was.
+# **Loading into a sharded model** is the same in-place pattern, run by every rank of the new job. At the end
+# of its script, after `dcp.save`, each rank built a new MLP and loaded it. A model too big for one device cannot
+# even be *created* whole, so it is built on the **meta device** (元设备, `torch.device("meta")`: tensors with a
+# shape and a dtype but no memory), sharded there, and only then given memory: `to_empty(device=...)` allocates
+# each rank's shards, uninitialised, which the load then overwrites:
+#
+# ```python
+# with torch.device("meta"):                         # every tensor created in this block is on "meta"
+#     fresh = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+# fully_shard(fresh[0], mesh=mesh); fully_shard(fresh[2], mesh=mesh); fully_shard(fresh, mesh=mesh)
+# fresh.to_empty(device=dev)                         # allocate this rank's shards only
+# wanted = {"model": get_model_state_dict(fresh)}   # DTensors: which rows this rank holds, in the new layout
+# dcp.load(wanted, checkpoint_id=ckpt)              # each rank reads only the byte ranges of its own shards
+# set_model_state_dict(fresh, wanted["model"])      # copy them into the sharded parameters
+# ```
+#
+# `get_model_state_dict` / `set_model_state_dict` (`torch.distributed.checkpoint.state_dict`) are the
+# model-only halves of `get_state_dict` / `set_state_dict`. The new mesh may have any number of ranks: the
+# `.metadata` tells each rank which chunks overlap its rows. With the optimizer, call
+# `get_state_dict(model, opt)` before the load: an optimizer without state yet gets one (it runs one `step()`
+# with zero gradients and the learning rate set to 0, so that the Adam tensors exist to be loaded into); then
+# `set_state_dict(model, opt, model_state_dict=..., optim_state_dict=...)`.
+
+# %%
+for r in (0, 1):
+    print(f"rank {r}: {lines[r][9]}")
+loaded = "dcp.load into a fully_shard model built on meta: equal to the saved model; local 2.weight"
+assert lines[0][9] == f"{loaded} (2, 8)" and lines[1][9] == f"{loaded} (1, 8)"
 
 # %% [markdown]
 # ## 3. Evaluation with a padded `DistributedSampler` is biased
@@ -539,49 +659,53 @@ plt.show()
 assert len(ax.patches) == 4 * 2 * 2 + 4 * 2 * 2 - 2  # every slot outlined, all filled but pipeline's two
 
 # %% [markdown]
-# All three exist in PyTorch 2.14: `torch.distributed.tensor.parallel` (`parallelize_module` with the styles
-# `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`) and `torch.distributed.pipelining` (`pipeline`,
-# `SplitPoint`, `PipelineStage`, schedules such as `ScheduleGPipe` and `Schedule1F1B`):
-
-# %%
-import torch.distributed.pipelining as pipelining
-import torch.distributed.tensor.parallel as tp
-
-print(
-    "tensor.parallel:",
-    [n for n in ("parallelize_module", "ColwiseParallel", "RowwiseParallel", "SequenceParallel") if hasattr(tp, n)],
-)
-print(
-    "pipelining:",
-    [n for n in ("pipeline", "SplitPoint", "PipelineStage", "ScheduleGPipe", "Schedule1F1B") if hasattr(pipelining, n)],
-)
-assert all(hasattr(tp, n) for n in ("parallelize_module", "ColwiseParallel", "RowwiseParallel"))
-assert all(hasattr(pipelining, n) for n in ("pipeline", "PipelineStage", "ScheduleGPipe"))
-
-# %% [markdown]
-# **DDP over a model split across devices.** The notes' `ToyMpModel` puts `net1` on one GPU and `net2` on
-# another and moves the activation between them in `forward` — the simplest model parallelism (a pipeline with
-# no micro-batches: one GPU idles while the other works). DDP accepts such a multi-device module, with one rule:
-# **`device_ids` (and `output_device`) must be `None`**, because the module itself decides where its layers and
-# outputs live; DDP all-reduces each gradient on the device of its parameter. The notes' program needs 2 GPUs
-# per process (8 GPUs for 4 processes). Here the two "devices" are both the CPU: the pattern is the same, and the
-# same rule holds for CPU modules, which is what the error shows.
+# PyTorch 2.14 has all of them, built on `DTensor` and c10d: `torch.distributed.tensor.parallel`
+# (`parallelize_module` with the styles `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`) and
+# `torch.distributed.pipelining` (`pipeline`, `SplitPoint`, `PipelineStage`, schedules such as `ScheduleGPipe` and
+# `Schedule1F1B`). Older code sometimes splits a model with `torch.distributed.rpc` (remote procedure calls between
+# processes, a general framework for parameter servers and hand-built pipelines); these two libraries are today's
+# tools for splitting layers. One script runs four demonstrations on two ranks, each checked against the unsplit
+# model:
+#
+# **DDP over a model split across devices.** The PyTorch DDP tutorial's `ToyMpModel` puts `net1` on one GPU and
+# `net2` on another and moves the activation between them in `forward` — the simplest model parallelism (a
+# pipeline with no micro-batches: one GPU idles while the other works). DDP accepts such a multi-device module,
+# with one rule: **`device_ids` (and `output_device`) must be `None`**, because the module itself decides where its
+# layers and outputs live; DDP all-reduces each gradient on the device of its parameter. (`nn.DataParallel`
+# cannot do this: it copies the whole module to each of its GPUs and needs all parameters on `device_ids[0]`.)
+# The tutorial's program needs 2 GPUs per process (8 GPUs for 4 processes). Here the two "devices" are both the
+# CPU: the pattern is the same, and the same rule holds for CPU modules, which is what the error shows.
 #
 # **Tensor parallelism in two lines.** `ColwiseParallel` on the first `Linear` cuts its weight by output
 # features (`Shard(0)` of the `(out, in)` matrix): each rank computes half of the hidden units. `RowwiseParallel`
 # on the second cuts its weight by input features (`Shard(1)`), so each rank multiplies its half of the hidden
 # units and produces a **partial sum** of the output; one all-reduce adds them. Both ranks get the same input and
 # the same output. The script checks both against unsplit models and counts the collectives.
+#
+# **A two-stage pipeline.** `pipeline(module, mb_args=(one_micro_batch,), split_spec={"l2": SplitPoint.BEGINNING})`
+# traces the model (with `torch.export`) on one example micro-batch and cuts the graph before `l2`; rank r's
+# `pipe.build_stage(r, device)` keeps only the layers of stage r and knows its neighbours. A **schedule**
+# (调度) then drives the stages: `ScheduleGPipe(stage, n_microbatches=4, loss_fn=F.mse_loss)` cuts the batch into
+# 4 **micro-batches** (微批次), runs all forwards (each stage sends its activation to the next with point-to-point
+# `isend`/`irecv`), then all backwards (gradients flow back the same way), accumulating the parameter gradients.
+# Rank 0 calls `schedule.step(x)`, the last rank `schedule.step(target=y, losses=[])` and gets the output. Each
+# micro-batch's loss is a mean; the schedule divides the accumulated gradients by the number of micro-batches
+# (`scale_grads=True`, its default), so they equal the gradients of the whole batch's mean loss (with a
+# `reduction="sum"` loss, pass `scale_grads=False`).
+#
+# The script also trains a DDP model under notebook 07's `torch.autocast` (section 1 explains why nothing else is
+# needed).
 
 # %%
 # %%writefile runs/model_parallel.py
-"""Notebook 09, section 4: DDP over the notes' ToyMpModel, and a column/row tensor-parallel MLP."""
+"""Notebook 09, section 4: DDP over a two-device model, a tensor-parallel MLP, DDP + autocast, a 2-stage pipeline."""
 import argparse
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -595,7 +719,7 @@ args = parser.parse_args()
 
 
 class ToyMpModel(nn.Module):
-    """The notes' model: net1 on dev0, net2 on dev1, the activation moved between them."""
+    """The DDP tutorial's model: net1 on dev0, net2 on dev1, the activation moved between them."""
 
     def __init__(self, dev0, dev1):
         super().__init__()
@@ -609,7 +733,7 @@ class ToyMpModel(nn.Module):
         return self.net2(x.to(self.dev1))
 
 
-# the notes' setup: each process drives 2 GPUs (cuda:2k, cuda:2k+1); otherwise both halves on the CPU with gloo.
+# the tutorial's setup: each process drives 2 GPUs (cuda:2k, cuda:2k+1); otherwise both halves on the CPU with gloo.
 # A process that uses 2 GPUs needs an NCCL group not bound to one of them (bind_device=False).
 two_gpus_each = torch.cuda.device_count() >= 2 * env_int("LOCAL_WORLD_SIZE", 1)
 with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_gpus_each) as info:
@@ -622,7 +746,7 @@ with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_
     try:
         DDP(mp_model, device_ids=[0])
     except ValueError as err:
-        report(f"DDP(mp_model, device_ids=[0]): ValueError: {str(err).split(', but got')[0]}")
+        report(f"DDP(mp_model, device_ids=[0]): ValueError: {err}")
     ddp_mp_model = DDP(mp_model)  # device_ids=None: the module places its own layers
     report(
         f"ToyMpModel on {dev0} and {dev1}; ddp.device_ids = {ddp_mp_model.device_ids}, "
@@ -630,7 +754,7 @@ with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_
     )
     g = torch.Generator().manual_seed(1)
     x, labels = torch.randn(40, 10, generator=g), torch.randn(40, 5, generator=g)
-    mine = slice(20 * r, 20 * (r + 1))  # the notes' batch of 20 on each rank
+    mine = slice(20 * r, 20 * (r + 1))  # the tutorial's batch of 20 on each rank
     opt = torch.optim.SGD(ddp_mp_model.parameters(), lr=0.001)
     F.mse_loss(ddp_mp_model(x[mine]), labels[mine].to(dev1)).backward()
     opt.step()
@@ -679,16 +803,63 @@ with distributed(prefer="auto" if two_gpus_each else "cpu", bind_device=not two_
         f"row-parallel Linear before the all-reduce: {y.placements}; local = partial product + bias / "
         f"{info.world_size}: {bias_split}"
     )
+
+    # DDP with notebook 07's autocast: nothing DDP-specific, the gradients DDP all-reduces are float32
+    torch.manual_seed(0)
+    amp_ddp = DDP(nn.Linear(10, 5).to(info.device))
+    with torch.autocast(info.device.type, dtype=torch.bfloat16):
+        amp_out = amp_ddp(torch.randn(4, 10, generator=g).to(info.device))
+    amp_out.float().square().mean().backward()
+    report(
+        f"DDP + autocast(bfloat16): output {amp_out.dtype}, weight {amp_ddp.module.weight.dtype}, grad {amp_ddp.module.weight.grad.dtype}"
+    )
+
+    # pipeline parallel: stage 0 = l1 on rank 0, stage 1 = l2, l3 on rank 1; 4 micro-batches through GPipe
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.l1, self.l2, self.l3 = nn.Linear(6, 8), nn.Linear(8, 8), nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.l3(torch.relu(self.l2(torch.relu(self.l1(x)))))
+
+    xb = torch.randn(8, 6, generator=torch.Generator().manual_seed(2)).to(info.device)  # the same on every rank
+    yb = torch.randn(8, 3, generator=torch.Generator().manual_seed(3)).to(info.device)
+    pipe = pipeline(Net().to(info.device), mb_args=(xb.chunk(4)[0],), split_spec={"l2": SplitPoint.BEGINNING})
+    stage = pipe.build_stage(r, info.device)  # this rank's stage: a submodule with only its layers
+    report(f"pp stage {r} of {pipe.num_stages} holds {[n for n, _ in stage.submod.named_parameters()]}")
+    # each micro-batch's loss is a mean over its 2 samples; scale_grads=True (the default) divides the summed
+    # gradients by the 4 micro-batches, which makes them the gradients of the whole batch's mean loss
+    schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=F.mse_loss)
+    unsplit = Net().to(info.device)  # the same weights, in one process, on the whole batch
+    ref_out = unsplit(xb)
+    F.mse_loss(ref_out, yb).backward()
+    if r == 0:
+        schedule.step(xb)  # the first stage feeds the inputs (cut into 4 micro-batches)
+    else:
+        losses = []
+        pp_out = schedule.step(target=yb, losses=losses)  # the last stage gets the outputs and the losses
+        torch.testing.assert_close(pp_out, ref_out)
+        torch.testing.assert_close(sum(losses) / 4, F.mse_loss(ref_out, yb))
+        report(f"pp output {tuple(pp_out.shape)} and mean loss of {len(losses)} micro-batches = unsplit Net")
+    for n, p in stage.submod.named_parameters():
+        torch.testing.assert_close(p.grad, unsplit.get_parameter(n).grad)
+    report(f"pp stage {r}: gradients = unsplit Net's")
     save_result(args.out, {"done": True})
 
 # %%
 mp = run_torchrun("runs/model_parallel.py", nproc=2, args=["--out", WORK / "mp"])
 launch_seconds["model_parallel"] = mp.wall_s
-mp.print_ranks()
+print(*shell(mp))
+assert shell(mp) == ["torchrun --standalone --nproc_per_node=2 runs/model_parallel.py --out $WORK/mp"]
 mlines = mp.by_rank()
+for r in (0, 1):  # DDP over ToyMpModel and tensor parallelism; the script's other lines are shown below
+    print(*(f"[rank {r}] {line}" for line in mlines[r][:10]), sep="\n")
 assert mlines[0][0].startswith(
     "DDP(mp_model, device_ids=[0]): ValueError: DistributedDataParallel device_ids "
-    "and output_device arguments only work with single-device/multiple-device GPU"
+    "and output_device arguments only work with single-device/multiple-device GPU modules or CPU modules, "
+    "but got device_ids [0], output_device None, and module parameters {"
 )
 assert "ddp.device_ids = None" in mlines[0][1] and mlines[0][2].startswith("DDP over ToyMpModel")
 assert (
@@ -714,6 +885,47 @@ assert (
 # gradients (the input requires grad here, as it would coming from earlier layers). In a transformer block the
 # same pair (attention's or the MLP's two projections) costs one all-reduce forward and one backward, in every
 # block — which is why tensor parallelism stays inside a machine.
+#
+# The rest of the script's lines: DDP under autocast, and the pipeline.
+
+# %%
+for r in (0, 1):
+    print(*(f"[rank {r}] {line}" for line in mlines[r][10:]), sep="\n")
+for r in (0, 1):
+    assert mlines[r][10] == (
+        "DDP + autocast(bfloat16): output torch.bfloat16, weight torch.float32, grad torch.float32"
+    )
+assert mlines[0][11:] == ["pp stage 0 of 2 holds ['l1.weight', 'l1.bias']", "pp stage 0: gradients = unsplit Net's"]
+assert mlines[1][11:] == [
+    "pp stage 1 of 2 holds ['l2.weight', 'l2.bias', 'l3.weight', 'l3.bias']",
+    "pp output (8, 3) and mean loss of 4 micro-batches = unsplit Net",
+    "pp stage 1: gradients = unsplit Net's",
+]
+
+# %% [markdown]
+# Rank 0 holds only `l1`, rank 1 only `l2` and `l3`; the pipeline's output, loss and every gradient equal the
+# unsplit model's. The price of a pipeline is the **bubble** (流水线气泡): with p stages of equal cost and m
+# micro-batches, GPipe keeps each stage busy for m of the m + p − 1 time slots of the forward (and again of the
+# backward), so a fraction (p − 1)/(m + p − 1) of the time is idle: here (2 − 1)/(4 + 2 − 1) = 20 %. More
+# micro-batches shrink it;
+# `Schedule1F1B` has the same bubble but alternates one forward and one backward per stage, so a stage keeps at
+# most p micro-batches' activations instead of all m; interleaved and zero-bubble schedules shrink the bubble
+# further.
+#
+# **The error message, in full.** `DDP(..., device_ids=[0])` on a CPU module fails with "... only work with
+# single-device/multiple-device GPU modules or CPU modules, but got device_ids [0], output_device None, and
+# module parameters {device(type='cpu')}": read to the end, it says that `device_ids` is only for a module on
+# **one GPU**; a CPU module, or one spread over several devices, takes `device_ids=None`. On this CPU the two
+# halves of `ToyMpModel` share one device, so `is_multi_device_module` is `False`; with two GPUs per process it is
+# `True`, and the rule is the same.
+
+# %%
+p_stages, m_micro = 2, 4
+bubble = (p_stages - 1) / (m_micro + p_stages - 1)
+print(f"GPipe bubble with {p_stages} stages and {m_micro} micro-batches: {bubble:.0%}")
+for m in (1, 4, 16, 64):
+    print(f"  {m:3} micro-batches: {(p_stages - 1) / (m + p_stages - 1):6.1%} idle")
+assert bubble == 0.2
 
 # %% [markdown]
 # ## 5. `torch.compile` with DDP: graphs cut at bucket boundaries
@@ -723,7 +935,9 @@ assert (
 # continues. In PyTorch 2.14 the first backward runs with a single bucket; DDP then rebuilds the buckets in the
 # order the gradients arrived, with `bucket_cap_mb` (25 MiB by default) per bucket and a first bucket of 1 MiB
 # when you leave `bucket_cap_mb` at its default (a value you set applies to the first bucket too). The script
-# prints the eager DDP bucket sizes after the first and the second step.
+# prints the eager DDP bucket sizes after the first and the second step, read with
+# `model.reducer._get_zeros_like_grad_buckets()`: a private method (the leading underscore), fine for looking
+# inside, not for code that must survive the next PyTorch release.
 #
 # A compiled model breaks the overlap: `torch.compile` turns the forward into one graph, and AOTAutograd's
 # backward of it is one opaque autograd node that produces **all** gradients at once — no all-reduce could
@@ -814,6 +1028,7 @@ with distributed() as info:
 # %%
 comp = run_torchrun("runs/compiled_ddp.py", nproc=2, args=["--out", WORK / "compiled"])
 launch_seconds["compiled_ddp"] = comp.wall_s
+print(*shell(comp))
 comp.print_ranks()
 layer_bytes = 4 * (512 * 512 + 512)
 for r in (0, 1):
@@ -842,8 +1057,8 @@ for r in (0, 1):
 # below 1 fails at its first call with the assertion above (seen here in PyTorch 2.14.1).
 #
 # **FSDP2 and compile.** FSDP2's all-gathers and reduce-scatters run in hooks around each `fully_shard`ed module,
-# so the recommended pattern is to compile each block and shard it, leaving the communication between compiled
-# regions (GPU code, not run here):
+# so PyTorch's own large-model trainer (torchtitan) compiles each block and then shards it, leaving the
+# communication between compiled regions (GPU code, not run here):
 #
 # ```python
 # for block in model.layers:               # e.g. transformer blocks
@@ -961,17 +1176,35 @@ ex.check(3, reshard)
 #   reduce-scatters per step for 2 units, counted): 3Ψ of traffic against DDP's 2Ψ; `reshard_after_forward=False`
 #   skips the backward all-gather at the price of memory. It runs on the CPU with gloo in PyTorch 2.14 and equals
 #   one process on the whole batch.
+# * **FSDP2 mixed precision**: `MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)`
+#   gathers and computes in bfloat16, reduce-scatters gradients in float32, and keeps float32 shards and
+#   gradients (run here on the CPU). DDP needs only notebook 07's `autocast`.
 # * **Distributed checkpoints** (`torch.distributed.checkpoint`): `get_state_dict` + `dcp.save` let every rank
 #   write its shards in parallel (`__0_0.distcp`, `__1_0.distcp`) with a `.metadata` file that maps chunks to
-#   files; `dcp.load` (in place) reads them into any sharding — here one process without a process group — and
+#   files; `dcp.load` (in place) reads them into any sharding — one process without a process group, or a
+#   freshly `fully_shard`ed model (`get_model_state_dict` → `dcp.load` → `set_model_state_dict`) — and
 #   `dcp_to_torch_save` makes one ordinary file.
 # * A padded `DistributedSampler` repeats samples: evaluation metrics averaged over ranks are **biased** (0.5
 #   instead of 0.4 above). Shard without padding and all-reduce counts; `drop_last=True` skips samples instead.
 # * Split the **model** when a layer or its activations do not fit: tensor parallelism (`parallelize_module`,
 #   `ColwiseParallel` + `RowwiseParallel`: one all-reduce per pair in forward and one in backward; the partial
 #   sums are `Partial` DTensors, and the replicated bias is split into them) and pipeline parallelism
-#   (`torch.distributed.pipelining`). DDP wraps a multi-device model like the notes' `ToyMpModel` with
-#   `device_ids=None`.
+#   (`torch.distributed.pipelining`: `pipeline` + `SplitPoint` cut the model into stages, `ScheduleGPipe` runs
+#   micro-batches through them; equal to the unsplit model; idle fraction (p − 1)/(m + p − 1)). DDP wraps a
+#   multi-device model like `ToyMpModel` with `device_ids=None`.
 # * `torch.compile` + DDP: **DDPOptimizer** cuts the graph at bucket boundaries so all-reduces overlap backward
 #   (4 graphs instead of 1 above; eager DDP's buckets are rebuilt after the first step); with FSDP2, compile each
 #   block before sharding it.
+
+# %% [markdown]
+# ## For readers of the original notes (原笔记勘误)
+#
+# The study notes this course grew from were written for PyTorch 1.x. Where they touch this lesson's topics, this
+# is what changed or needs correcting:
+#
+# | What the notes say | What holds in PyTorch 2.14 | Where this lesson shows it |
+# |---|---|---|
+# | DataParallel, DDP and TorchElastic are data parallelism; RPC is *the* model parallelism | Model parallelism is mainly tensor parallelism (`DTensor`, `parallelize_module`) and pipeline parallelism (`torch.distributed.pipelining`); `torch.distributed.rpc` is a general remote-call framework, not the usual way to split a model | §4 · Splitting the model |
+# | DDP with mixed precision goes through NVIDIA Apex (`amp.initialize`, `apex.parallel.DistributedDataParallel`) | `torch.autocast` (+ `GradScaler` for float16) inside a plain DDP loop; for sharded models FSDP2's `MixedPrecisionPolicy`, which runs on the CPU too | §1 · ZeRO and FSDP2 (mixed precision), §4 (DDP + autocast) |
+# | `demo_model_parallel` (DDP over `ToyMpModel`) needs 2 GPUs per process, 8 GPUs for 4 processes | The same program runs with both halves on the CPU under gloo; `device_ids` must be `None` for CPU modules as well as multi-device ones | §4 · Splitting the model |
+# | Model parallelism (`ToyMpModel`) is the answer when the model does not fit | One device's layers idle while the other works; sharding (FSDP2) keeps data parallelism and splits the memory, and pipelines need micro-batches to avoid the bubble | §1 · ZeRO and FSDP2, §4 · Splitting the model |
