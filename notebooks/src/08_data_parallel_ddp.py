@@ -302,9 +302,10 @@ if torch.cuda.device_count() > 1:  # on a machine with 2 GPUs, the error itself
 #
 # **One process, one GPU, and no GPU shared by two processes.** PyTorch does not decide which process uses which
 # GPU: your program does, from `LOCAL_RANK`. If two processes of a job pick the same GPU (a forgotten
-# `set_device`, or every process using `cuda:0`), NCCL refuses to build the communicator, with an error of the
-# form `Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...` — it needs one GPU per rank. (That
-# error needs several processes on a GPU machine; it cannot be shown here.)
+# `set_device`, or every process using `cuda:0`), NCCL refuses to build the communicator: the first collective
+# (or `DDP(...)`, which starts with one) raises `torch.distributed.DistBackendError` with NCCL's
+# `ncclInvalidUsage` and the line `Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...` — NCCL
+# needs one GPU per rank. (That error needs several processes on a GPU machine; it cannot be shown here.)
 #
 # `torchrun` (the command-line name of `python -m torch.distributed.run`, built on TorchElastic) starts the
 # worker processes on a node and gives each these environment variables (`dist.init_process_group()` reads the
@@ -473,11 +474,11 @@ assert torchrun_cmd == ["-u", "train.py", "--lr", "0.2", "--nnodes=3"]  # LOCAL_
 # variable `OMP_NUM_THREADS` when the process starts. One process per machine uses every core that way. But N
 # processes on one machine, each starting one thread per core, run N × cores threads on `cores` cores: they
 # take turns, evict each other's caches and wait for each other inside every parallel operation
-# (**oversubscription**, 超额订阅) — a job can become several times slower than with fewer threads. So when it
+# (**oversubscription**, 超额订阅) — a job can become much slower than with fewer threads. So when it
 # starts more than one process per node and `OMP_NUM_THREADS` is not set, `torchrun` sets it to **1** for its
 # workers and warns that it did (a block of stars in every job's log). The safe value is 1; the fast one is
-# usually about `cores // nproc_per_node`, which you set yourself (`OMP_NUM_THREADS=8 torchrun ...`); GPU
-# programs hardly use CPU threads, so for them 1 is fine. The launcher of this notebook sets it to 1 before
+# usually about `cores // nproc_per_node`, which you set yourself (`OMP_NUM_THREADS=8 torchrun ...`); programs
+# that compute on GPUs do little math on the CPU, so 1 usually costs them nothing. The launcher of this notebook sets it to 1 before
 # starting `torchrun`, so the warning does not fill the outputs. The cell below runs `torchrun`'s own
 # configuration code once more, with 2 processes and the variable unset, and catches the warning from
 # `torchrun`'s logger (Python's `logging` module; a `logging.Handler` is where its records go):
