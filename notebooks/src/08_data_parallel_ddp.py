@@ -241,7 +241,9 @@ if device.type == "cpu":
 # %%
 dp_source = inspect.getsource(nn.DataParallel.forward)
 first = dp_source.rindex("\n", 0, dp_source.index("for t in chain(")) + 1  # the start of that line
-check = textwrap.dedent(dp_source[first : dp_source.index("inputs, module_kwargs = ")]).rstrip()
+check = textwrap.dedent(  # dedent: remove the indentation the lines share
+    dp_source[first : dp_source.index("inputs, module_kwargs = ")]
+).rstrip()
 print(check)
 assert "module must have its parameters and buffers" in check and "(device_ids[0]) but found one of" in check
 if torch.cuda.device_count() > 1:  # on a machine with 2 GPUs, the error itself
@@ -1182,7 +1184,10 @@ assert ddp_res[0]["shards"][0] != ddp_res[0]["shards"][1]  # the program did cal
 # %% [markdown]
 # **Proof (5): checkpoint on rank 0, `barrier`, load with `map_location` everywhere** is in the lines above
 # ("equals my parameters True" on both ranks after every epoch). The file holds the *unwrapped* model's
-# `state_dict` (no `module.` prefix), so it loads into a plain model as well, and one RNG state per rank:
+# `state_dict` (no `module.` prefix), so it loads into a plain model as well, and one RNG state per rank. Each
+# RNG state is what `utils.checkpoint_files.rng_state_dict()` (notebook 06) collects: the states of Python's
+# `random`, NumPy's global generator and PyTorch's CPU generator, plus the CUDA (or MPS) generators on a GPU
+# machine — every source of randomness a training step may draw from.
 
 # %%
 ckpt = torch.load(WORK / "ckpt.pt", map_location="cpu", weights_only=True)
@@ -1198,6 +1203,8 @@ print(
     "(one per rank)",
 )
 print("model keys:", list(ckpt["model"]))
+print("rank 0's RNG state holds:", sorted(ckpt["rng"][0]))
+assert {"python", "numpy", "torch"} <= set(ckpt["rng"][0])
 restored = ToyModel()
 restored.load_state_dict(ckpt["model"])
 assert all(torch.equal(v, ddp_res[1]["params"][k]) for k, v in restored.state_dict().items())
