@@ -1,30 +1,34 @@
 # %% [markdown]
 # # 08 · DataParallel and DistributedDataParallel (数据并行与分布式数据并行)
 #
-# **What you learn.** How one model is trained on several devices (or machines) at once by splitting every
-# batch between them — **data parallelism** (数据并行) — and how to do it for real:
+# **You will learn to** train one model on several devices (or machines) at once by splitting every batch
+# between them — **data parallelism** (数据并行) — and to do it for real:
 #
-# 1. `nn.DataParallel`: the notes' `RandomDataset`/`Model` demo, `model.module`, the `module.` prefix, and why
+# 1. use `nn.DataParallel`, reach your model through `model.module`, strip the `module.` prefix, and say why
 #    PyTorch recommends DDP instead;
-# 2. process groups, ranks and world size, on a job of two "machines" × two processes; `torchrun` and the
-#    environment it gives each process; `mp.spawn` and the process-group `timeout`; the notes'
-#    `torch.distributed.launch` as history;
-# 3. a complete **DistributedDataParallel** (分布式数据并行, DDP) program written in this notebook: proved to equal
-#    one process with a batch twice as big; what DDP sends besides gradients (parameters once, BatchNorm buffers
-#    every forward); gradient accumulation with `no_sync()`, with the all-reduces counted; `DistributedSampler`
-#    and `set_epoch`; a checkpoint written by rank 0 and loaded everywhere with `map_location`;
-# 4. synchronised BatchNorm (同步批归一化) written by hand with **one** `all_reduce`, and the ring all-reduce
-#    written with `send`/`recv`, with the notes' communication counts (naive vs ring) *measured*;
-# 5. **fault tolerance** (容错) with `--max_restarts` and a resume that continues every rank's random stream, the linear
-#    learning-rate scaling rule with warm-up, and CUDA streams.
+# 2. name the parts of a job — process group, rank, local rank, world size — on a job of two "machines" × two
+#    processes; start it with `torchrun` (and know why it sets `OMP_NUM_THREADS=1`), with `mp.spawn`, and with
+#    the older `torch.distributed.launch`; make a missing process fail with a `timeout` instead of hanging;
+# 3. write a complete **DistributedDataParallel** (分布式数据并行, DDP) program and prove that it equals one
+#    process with a batch twice as big; see what DDP sends besides gradients (parameters once, BatchNorm buffers
+#    every forward) and how it packs gradients into buckets; accumulate gradients with `no_sync()`, with the
+#    all-reduces counted; shard data with `DistributedSampler` and `set_epoch`; write a checkpoint on rank 0 and
+#    load it everywhere with `map_location`; run the same program under `autocast` (bfloat16) and see where
+#    `nn.SyncBatchNorm` runs;
+# 4. write synchronised BatchNorm (同步批归一化) by hand with **one** `all_reduce`, and the ring all-reduce with
+#    `send`/`recv`, with the communication of the naive and the ring way *measured*;
+# 5. survive a crash with **fault tolerance** (容错): `--max_restarts` and a resume that continues every rank's
+#    random stream; scale the learning rate with the batch, with warm-up; order work on CUDA streams.
 #
-# **Before this notebook.** A training loop with an optimizer (notebooks 02–05) and saving/loading a
-# `state_dict` and RNG states (notebook 06). No GPU is needed: every distributed program here runs as real
-# processes on the CPU.
+# **Before this notebook.** A training loop with an optimizer (notebooks 02–05), saving/loading a `state_dict`
+# and RNG states (notebook 06), and `autocast` (notebook 07). No GPU is needed: every distributed program here
+# runs as real processes on the CPU. The lesson grew out of a teacher's study notes written for PyTorch 1.x; the
+# last section lists what has changed since for readers who know them.
 #
-# **Study time:** about 95 min (20 of them for the exercises).
-# Almost all of its run time is starting processes: five launches start 21 processes (the restart of section 6
-# included) that each import PyTorch (about 2 s of CPU each); the training itself takes milliseconds.
+# **Study time:** about 110 min (20 of them for the exercises).
+# Almost all of its run time is starting processes: five launches start 21 processes (16 workers, the restart of
+# section 6 included, and 5 `torchrun` agents), and each one imports PyTorch (about 2 s of CPU each); the training itself takes
+# milliseconds.
 #
 # **On a GPU.** The programs choose the NCCL backend and the device `cuda:LOCAL_RANK` when the machine has a
 # GPU for every process of the node, and gloo on the CPU otherwise (so a 1-GPU machine runs the 2-process
@@ -34,8 +38,8 @@
 # %% [markdown]
 # ## Setup
 #
-# Which GPUs a process may use is decided by the environment variable `CUDA_VISIBLE_DEVICES` (the notes set it to
-# `'0,1'`, or `'0,3'`, with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so that the numbers match `nvidia-smi`): the listed GPUs
+# Which GPUs a process may use is decided by the environment variable `CUDA_VISIBLE_DEVICES` (for example `'0,1'`,
+# or `'0,3'`, with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so that the numbers match `nvidia-smi`): the listed GPUs
 # are renumbered 0, 1, ... inside the process, and it must be set before PyTorch first touches CUDA. The stored
 # outputs were made with it set to `""`: no GPU at all.
 #
@@ -48,23 +52,26 @@
 # plumbing; every line says why it is there.
 
 # %%
+import inspect
+import logging
 import math
 import os
 import pickle
 import sys
 import tempfile
+import textwrap
 import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
@@ -97,7 +104,14 @@ print(
     "| programs written to",
     relpath(RUNS),
 )
-print("backends available: gloo", dist.is_gloo_available(), "| nccl", dist.is_nccl_available())
+print(
+    "backends available: gloo",
+    dist.is_gloo_available(),
+    "| nccl",
+    dist.is_nccl_available(),
+    "| mpi",
+    dist.is_mpi_available(),
+)
 
 
 def shell(result) -> list[str]:
@@ -111,15 +125,19 @@ def shell(result) -> list[str]:
 # `nn.DataParallel(model)` keeps one Python process. On every forward call it **scatters** the batch along
 # dimension 0 into one piece per GPU, **replicates** the model onto every GPU, runs the pieces in parallel
 # threads, and **gathers** the outputs back on the first GPU (`device_ids[0]`, where the model's parameters must
-# live). Only one line of code changes, which is why the notes like it.
+# live). Only one line of code changes, which is why it is popular in older code. Its full signature is
+# `nn.DataParallel(module, device_ids=None, output_device=None, dim=0)`: `device_ids` defaults to every visible
+# GPU, `output_device` (where the gathered output lands) to `device_ids[0]`, and `dim` is the dimension the
+# batch is split along.
 #
-# The notes' demo: a dataset of 100 random vectors of size 5, batches of 30, and a `Model` that prints the size
-# of the input it receives ("In Model") next to the size the caller sees ("Outside").
+# The classic demo (from PyTorch's old DataParallel tutorial): a dataset of 100 random vectors of size 5,
+# batches of 30, and a `Model` that prints the size of the input it receives ("In Model") next to the size the
+# caller sees ("Outside").
 
 
 # %%
 class RandomDataset(Dataset):
-    """The notes' dataset: `length` random vectors of size `size`."""
+    """`length` random vectors of size `size`."""
 
     def __init__(self, size: int, length: int):
         self.data = torch.randn(length, size)
@@ -161,9 +179,9 @@ assert outside == [30, 30, 30, 10]
 # %% [markdown]
 # With no GPU (or one), "In Model" and "Outside" agree: there is one replica. With several GPUs, DataParallel
 # splits each batch the way `tensor.chunk(n_gpus)` does: pieces of `ceil(30 / n)` rows and a smaller last
-# piece. That reproduces the notes' printouts for 2 and 8 GPUs, including the surprise that a batch of 10 on
-# 8 GPUs uses only **5** of them (pieces of 2). (In the notes the 8-GPU lines come out in a jumbled order: the
-# replicas run in threads and print whenever they finish.)
+# piece. That is what the tutorial printed for 2 and 8 GPUs, including the surprise that a batch of 10 on
+# 8 GPUs uses only **5** of them (pieces of 2). (On a real 8-GPU machine the "In Model" lines come out in a
+# jumbled order: the replicas run in threads and print whenever they finish.)
 
 
 # %%
@@ -181,8 +199,8 @@ assert dataparallel_split(30, 8) == [4] * 7 + [2] and dataparallel_split(10, 8) 
 # %% [markdown]
 # **`model.module`.** The wrapper is a new module; your model is its attribute `module`. Attributes of your
 # model (its layers, custom methods) are reached through `.module`, and the wrapper's `state_dict` keys all start
-# with `module.` — the notes' "saved with DataParallel, cannot load on one GPU/CPU" problem. The fix in the notes
-# strips the first 7 characters of every key; PyTorch has a helper for it,
+# with `module.` — the classic "saved with DataParallel, cannot load on one GPU/CPU" problem. Older code strips
+# the first 7 characters of every key (`k[7:]`); PyTorch has a helper for it,
 # `consume_prefix_in_state_dict_if_present`. Better still, save `wrapped.module.state_dict()` in the first place.
 #
 # On a machine without GPUs `DataParallel` has no devices (`device_ids == []`) and simply calls the module.
@@ -200,27 +218,50 @@ print("wrapper's state_dict keys:", keys)
 try:
     Model(5, 2).load_state_dict(wrapped.state_dict())
 except RuntimeError as err:
-    print(f"loading them into a plain Model: {type(err).__name__}: {str(err).splitlines()[0]}")
-notes_way = {k[len("module.") :]: v for k, v in wrapped.state_dict().items()}  # the notes' k[7:]
+    print(f"loading them into a plain Model: {type(err).__name__}: {' '.join(str(err).split())}")
+old_way = {k[len("module.") :]: v for k, v in wrapped.state_dict().items()}  # older code's k[7:]
 sd = wrapped.state_dict()
 torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, "module.")  # in place
 print("after consume_prefix_in_state_dict_if_present:", list(sd))
 Model(5, 2).load_state_dict(sd)
-assert keys == ["module.fc.weight", "module.fc.bias"] and list(sd) == list(notes_way) == ["fc.weight", "fc.bias"]
+assert keys == ["module.fc.weight", "module.fc.bias"] and list(sd) == list(old_way) == ["fc.weight", "fc.bias"]
 if device.type == "cpu":
     assert wrapped.device_ids == []
     x = torch.randn(3, 5)
     assert torch.equal(wrapped(x), plain(x))  # it just calls the module (so "In Model" is printed twice)
 
 # %% [markdown]
-# **Why PyTorch recommends DDP instead, even on one machine** (the notes list the reasons):
+# **The model must sit on `device_ids[0]`.** DataParallel moves the *inputs* for you, but not the model: before
+# every forward it checks that each parameter and buffer is on the first of its devices and refuses otherwise.
+# A common older example builds `DataParallel(model, [0, 1])` around a model still on the CPU (or on `cuda:2`)
+# and expects it to work because "the input may be anywhere": the input may be, the model may not. The check
+# needs GPUs, so on this machine the cell reads it from `DataParallel.forward`'s source (`inspect.getsource`,
+# Python's way to print a function's code) instead of triggering it:
+
+# %%
+dp_source = inspect.getsource(nn.DataParallel.forward)
+first = dp_source.rindex("\n", 0, dp_source.index("for t in chain(")) + 1  # the start of that line
+check = textwrap.dedent(  # dedent: remove the indentation the lines share
+    dp_source[first : dp_source.index("inputs, module_kwargs = ")]
+).rstrip()
+print(check)
+assert "module must have its parameters and buffers" in check and "(device_ids[0]) but found one of" in check
+if torch.cuda.device_count() > 1:  # on a machine with 2 GPUs, the error itself
+    try:
+        nn.DataParallel(Model(5, 2), device_ids=[0, 1])(torch.randn(4, 5))  # model left on the CPU
+    except RuntimeError as err:
+        print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# **Why PyTorch recommends DDP instead, even on one machine:**
 #
 # * DataParallel is *one process with one thread per GPU*: the Python parts of every replica's forward pass
 #   compete for Python's **global interpreter lock** (全局解释器锁, GIL).
 # * It **replicates the model on every forward pass** (parameters are broadcast from GPU 0 every step), and
-#   scatters inputs and gathers outputs through GPU 0, which therefore needs more memory and does more work
-#   (the notes: low GPU utilisation, communication as the bottleneck).
-# * It works on one machine only.
+#   scatters inputs and gathers outputs through GPU 0, which therefore needs more memory and does more work:
+#   low GPU utilisation, with communication as the bottleneck.
+# * It works on one machine only, and only when each replica fits on one GPU: a model already split across
+#   GPUs (model parallelism, notebook 09) cannot be replicated by it, while DDP wraps such a model as it is.
 #
 # DistributedDataParallel runs **one process per GPU**. Each process has its own model copy and reads its own
 # share of the data. Three things travel between the processes, and section 3 shows each of them:
@@ -228,37 +269,49 @@ if device.type == "cpu":
 # * **parameters, once**: DDP's constructor broadcasts rank 0's parameters *and buffers* to every rank, so all
 #   copies start equal;
 # * **buffers, before every forward** (by default, `forward_sync_buffers=True`): rank 0's buffers, such as
-#   BatchNorm's running mean and variance, overwrite everybody else's. The notes (002) say that only gradients
-#   travel; that is not PyTorch's default. (The argument was called `broadcast_buffers` until PyTorch 2.13,
-#   which deprecated it with a `FutureWarning`, shown in section 3. It is not a plain rename:
-#   `broadcast_buffers=False` also left the buffers out of the constructor's broadcast, while
-#   `forward_sync_buffers=False` only stops the per-forward one; the constructor always copies rank 0's.)
-# * **gradients, during every backward**: DDP groups the parameters into **buckets** (桶) of about 25 MiB each
-#   (`bucket_cap_mb`; the first one smaller), in roughly the reverse order of `model.parameters()` (from the
-#   second iteration on, in the order the gradients actually became ready in the first). As soon as
-#   every gradient of a bucket is computed, an asynchronous `all_reduce` of that bucket starts while autograd
-#   keeps computing the gradients of earlier layers — communication overlaps with the backward pass. Each
-#   bucket is divided by the world size and then summed over the ranks (dividing first keeps float16 sums from
-#   overflowing), so each process ends `backward()` with the same **average** gradient, and the same optimizer
-#   step keeps the copies equal.
+#   BatchNorm's running mean and variance, overwrite everybody else's — "only gradients travel" is a common
+#   but wrong summary of DDP. (The argument was called `broadcast_buffers` until PyTorch 2.13, which deprecated
+#   it with a `FutureWarning`, shown in section 3. It is not a plain rename: `broadcast_buffers=False` also left
+#   the buffers out of the constructor's broadcast, while `forward_sync_buffers=False` only stops the
+#   per-forward one; the constructor always copies rank 0's.)
+# * **gradients, during every backward**: DDP packs the gradients into **buckets** (桶) and all-reduces each
+#   bucket, asynchronously, as soon as all its gradients are computed, while autograd keeps computing the
+#   gradients of earlier layers — communication overlaps with the backward pass. Each bucket is divided by the
+#   world size and then summed over the ranks (dividing first keeps float16 sums from overflowing), so each
+#   process ends `backward()` with the same **average** gradient, and the same optimizer step keeps the copies
+#   equal. How the buckets are formed changes after the first iteration. With the default
+#   `find_unused_parameters=False`, the **first** backward uses **one bucket holding every gradient** (no
+#   overlap yet: DDP does not know in which order the gradients will arrive). During it DDP records that order,
+#   and then **rebuilds** the buckets: up to `bucket_cap_mb` (25 MiB) each, the first one only 1 MiB so that
+#   communication starts early, filled in the order the gradients arrived (roughly the reverse of
+#   `model.parameters()`: the last layer's gradients come first). Only with `find_unused_parameters=True` does
+#   DDP start, from the first iteration, with capped buckets in reverse `parameters()` order. Section 3 counts
+#   the buckets of both iterations.
 
 # %% [markdown]
 # ## 2. Processes, ranks, and how to start them
 #
 # A DDP program is one script started N times, as N processes. They form a **process group** (进程组): the set
-# of processes that take part in **collective communication** (集合通信). Its vocabulary, which the notes (004) get
-# wrong in two places:
+# of processes that take part in **collective communication** (集合通信). Its vocabulary, where two words are
+# often confused with machines:
 #
-# * **world size** (世界大小): the number of *processes* in the job. The notes say "the number of machines for
-#   multi-machine training"; with 2 machines of 8 GPUs and one process per GPU the world size is 16, not 2.
-# * **rank** (秩): the global index of a process, 0 .. world size − 1. The notes say "the machine number"; that is
-#   the *node rank* (`--node_rank`, `GROUP_RANK`). Rank 0 usually logs and saves.
+# * **world size** (世界大小): the number of *processes* in the job — not of machines: with 2 machines of 8 GPUs
+#   and one process per GPU the world size is 16, not 2.
+# * **rank** (秩): the global index of a process, 0 .. world size − 1 — not the machine's number, which is the
+#   *node rank* (`--node_rank`, `GROUP_RANK`). Rank 0 usually logs and saves.
 # * **local rank** (本地秩): the index of the process on its own machine (node), 0 .. processes per node − 1; with one
-#   process per GPU, it is the GPU index `cuda:LOCAL_RANK`. (The notes: "the GPU number within a process".
-#   A DDP process uses one GPU.)
+#   process per GPU, it is the GPU index `cuda:LOCAL_RANK`.
+#
+# **One process, one GPU, and no GPU shared by two processes.** PyTorch does not decide which process uses which
+# GPU: your program does, from `LOCAL_RANK`. If two processes of a job pick the same GPU (a forgotten
+# `set_device`, or every process using `cuda:0`), NCCL refuses to build the communicator: the first collective
+# (or `DDP(...)`, which starts with one) raises `torch.distributed.DistBackendError` with NCCL's
+# `ncclInvalidUsage` and the line `Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...` — NCCL
+# needs one GPU per rank. (That error needs several processes on a GPU machine; it cannot be shown here.)
 #
 # `torchrun` (the command-line name of `python -m torch.distributed.run`, built on TorchElastic) starts the
-# worker processes on a node and gives each the environment variables that `dist.init_process_group()` reads:
+# worker processes on a node and gives each these environment variables (`dist.init_process_group()` reads the
+# global ones, `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`; the others are for your program):
 #
 # | variable | meaning |
 # |---|---|
@@ -362,8 +415,8 @@ assert port_is_free(port)
 # with `RANK == 0`, not `LOCAL_RANK == 0`.
 
 # %% [markdown]
-# **A device string names one device.** The notes (004) write `model.cuda('cuda:1,2')` and
-# `torch.cuda.set_device('cuda:1,2')` "to use several GPUs". There is no such device: the string is parsed
+# **A device string names one device.** Code that means "use GPUs 1 and 2" sometimes writes
+# `model.cuda('cuda:1,2')` or `torch.cuda.set_device('cuda:1,2')`. There is no such device: the string is parsed
 # into one `torch.device`, and a list of indices is refused. A process chooses several GPUs only through
 # `CUDA_VISIBLE_DEVICES` (or `DataParallel(device_ids=[...])`); under DDP each process uses exactly one.
 
@@ -374,39 +427,83 @@ for text in ("cuda:1", "cuda:1,2"):
         print(f"torch.device({text!r}) -> type {d.type!r}, index {d.index}")
     except RuntimeError as err:
         print(f"torch.device({text!r}) -> {type(err).__name__}: {err}")
-with pytest.raises(RuntimeError, match="Invalid device string: 'cuda:1,2'"):
-    torch.device("cuda:1,2")
+        refused = str(err)
+assert refused == "Invalid device string: 'cuda:1,2'"
 
 # %% [markdown]
-# **What the notes use instead of `torchrun`.** The notes start workers with `python -m
+# **What older code uses instead of `torchrun`.** Scripts written for PyTorch 1.x start workers with `python -m
 # torch.distributed.launch --nproc_per_node=8 ... train.py`, which passes `--local_rank=k` (spelt `--local-rank`
 # since PyTorch 2.0) as a *command-line argument*, so every script had to parse it (it sets `LOCAL_RANK` in the
 # environment too); and with `mp.spawn(fn, nprocs=world_size)` plus hard-coded `MASTER_ADDR`/`MASTER_PORT`
 # (`'12355'`) inside the script. Since PyTorch 1.10, `torchrun` replaces `launch`:
 # it sets `LOCAL_RANK` in the environment, chooses ports, and can restart failed workers.
 # `torch.distributed.launch` still exists as a thin wrapper around `torchrun`'s code, but calling it emits a
-# `FutureWarning`. The cell below shows both, and the command line each would run. (The notes' `setup()` with `'localhost'` and a fixed port also fails as soon as two jobs
-# share a machine.)
+# `FutureWarning`. The cell below shows both, and the command line each would run. (A `setup()` with
+# `'localhost'` and a fixed port, as in older tutorials, also fails as soon as two jobs share a machine.)
+# Everything after the script's name belongs to the script, even what looks like a launcher flag: below,
+# `--nnodes=3` after `train.py` is passed to `train.py`, not read by the launcher.
+#
+# The warning is caught with `warnings.catch_warnings(record=True)` (Python's way to collect warnings into a
+# list instead of printing them), so that the cell can print it and check it.
 
 # %%
 import torch.distributed.launch as legacy_launch  # noqa: E402 - imported here to show its warning
 
-with pytest.warns(FutureWarning, match="torch.distributed.launch is deprecated"):
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
     try:  # an invalid flag combination: the warning fires, then the launcher refuses before starting anything
         legacy_launch.main(["--nproc-per-node=2", "--no-python", "train.py"])
     except ValueError as err:
         print(f"{type(err).__name__}: {err}")
+launch_warnings = [w for w in caught if w.category is FutureWarning]
+print(f"{launch_warnings[0].category.__name__}: {str(launch_warnings[0].message).splitlines()[0]}")
+assert "torch.distributed.launch is deprecated" in str(launch_warnings[0].message)
 from torch.distributed.run import config_from_args  # noqa: E402 - the code both launchers share
 from torch.distributed.run import parse_args as torchrun_args  # noqa: E402
 
 launcher = ["--nproc-per-node=1", f"--log-dir={WORK / 'launcher_logs'}"]  # (a log folder, else one in /tmp)
-script = ["train.py", "--lr", "0.2"]
+script = ["train.py", "--lr", "0.2", "--nnodes=3"]
 _, _, legacy_cmd = config_from_args(legacy_launch.parse_args(launcher + script))  # builds, starts nothing
 _, _, torchrun_cmd = config_from_args(torchrun_args(launcher + script))
 print("launch   runs: python", " ".join(legacy_cmd))
 print("torchrun runs: python", " ".join(torchrun_cmd))
-assert legacy_cmd == ["-u", "train.py", "--local-rank=${local_rank}", "--lr", "0.2"]  # the agent fills in the rank
-assert torchrun_cmd == ["-u", "train.py", "--lr", "0.2"]  # LOCAL_RANK only in the environment
+assert legacy_cmd == ["-u", "train.py", "--local-rank=${local_rank}", "--lr", "0.2", "--nnodes=3"]  # agent fills rank
+assert torchrun_cmd == ["-u", "train.py", "--lr", "0.2", "--nnodes=3"]  # LOCAL_RANK only in the environment
+
+# %% [markdown]
+# **Why `torchrun` sets `OMP_NUM_THREADS=1`.** PyTorch's CPU operations run on a pool of threads, by default
+# one per CPU core (`torch.get_num_threads()`), and the size of that pool is read from the environment
+# variable `OMP_NUM_THREADS` when the process starts. One process per machine uses every core that way. But N
+# processes on one machine, each starting one thread per core, run N × cores threads on `cores` cores: they
+# take turns, evict each other's caches and wait for each other inside every parallel operation
+# (**oversubscription**, 超额订阅) — a job can become much slower than with fewer threads. So when it
+# starts more than one process per node and `OMP_NUM_THREADS` is not set, `torchrun` sets it to **1** for its
+# workers and warns that it did (a block of stars in every job's log). The safe value is 1; the fast one is
+# usually about `cores // nproc_per_node`, which you set yourself (`OMP_NUM_THREADS=8 torchrun ...`); programs
+# that compute on GPUs do little math on the CPU, so 1 usually costs them nothing. The launcher of this notebook sets it to 1 before
+# starting `torchrun`, so the warning does not fill the outputs. The cell below runs `torchrun`'s own
+# configuration code once more, with 2 processes and the variable unset, and catches the warning from
+# `torchrun`'s logger (Python's `logging` module; a `logging.Handler` is where its records go):
+
+# %%
+records = []
+catcher = logging.Handler()
+catcher.emit = records.append  # keep each record instead of printing it
+run_logger = logging.getLogger("torch.distributed.run")
+saved = (run_logger.handlers[:], run_logger.propagate, os.environ.pop("OMP_NUM_THREADS", None))
+run_logger.handlers, run_logger.propagate = [catcher], False
+try:
+    config_from_args(torchrun_args(["--nproc-per-node=2", *launcher[1:], *script]))  # builds, starts nothing
+    set_by_torchrun = os.environ.get("OMP_NUM_THREADS")
+finally:
+    run_logger.handlers, run_logger.propagate = saved[0], saved[1]
+    os.environ.pop("OMP_NUM_THREADS", None)
+    if saved[2] is not None:
+        os.environ["OMP_NUM_THREADS"] = saved[2]
+message = " ".join(records[0].getMessage().replace("*", "").split())
+print(f"torchrun's warning: {message}")
+print("OMP_NUM_THREADS that its workers would get:", set_by_torchrun)
+assert set_by_torchrun == "1" and "Setting OMP_NUM_THREADS environment variable" in message
 
 # %% [markdown]
 # **`mp.spawn`, and the process group's `timeout`.** `torch.multiprocessing.spawn(fn, args, nprocs)` starts
@@ -484,8 +581,8 @@ assert default_pg_timeout == timedelta(minutes=30) and default_pg_nccl_timeout i
 # %% [markdown]
 # ## 3. A DDP program, written here and run by `torchrun`
 #
-# The next four cells write one program, `runs/ddp_train.py`, piece by piece (`%%writefile` creates the file,
-# `%%writefile -a` appends to it); the launch follows. It trains the notes' `ToyModel` (Linear 10→10, ReLU,
+# The next five cells write one program, `runs/ddp_train.py`, piece by piece (`%%writefile` creates the file,
+# `%%writefile -a` appends to it); the launch follows. It trains the `ToyModel` of PyTorch's DDP tutorial (Linear 10→10, ReLU,
 # Linear 10→5) with MSE loss and SGD with momentum on 64 fixed samples, for 3 epochs, with **batch 8 per
 # rank**, and adds Gaussian noise to the inputs as a random augmentation drawn from each rank's own random
 # stream. First the model, the data, and two helpers that compare tensors across ranks with `all_gather`.
@@ -513,7 +610,7 @@ from utils.ddp.common import report, save_result
 
 
 class ToyModel(nn.Module):
-    """The notes' DDP example: Linear(10, 10) -> ReLU -> Linear(10, 5)."""
+    """PyTorch's DDP tutorial example: Linear(10, 10) -> ReLU -> Linear(10, 5)."""
 
     def __init__(self):
         super().__init__()
@@ -629,6 +726,58 @@ def no_sync_demo(ddp, module, x, y, k, device):
 
 
 # %% [markdown]
+# **Mixed precision and SyncBN under DDP.** DDP and `autocast` (notebook 07) combine without any new code:
+# `autocast` changes the dtype of the *operations* inside the forward, not of the parameters, so the gradients
+# are float32 and DDP all-reduces float32 buckets as always. On the CPU `autocast` uses bfloat16 (which needs no
+# `GradScaler`, notebook 07); on a GPU the same lines with `torch.float16` also need a `GradScaler`, and its
+# `scaler.scale(loss).backward()` is the backward that DDP hooks into. The piece below does one step under
+# `torch.autocast(device.type, dtype=torch.bfloat16)` and compares the synchronised gradient with the float32
+# gradient of the whole batch.
+#
+# It then tries `nn.SyncBatchNorm` (section 4 builds SyncBN by hand) inside DDP: convert the model with
+# `nn.SyncBatchNorm.convert_sync_batchnorm(model)` *before* wrapping it, then wrap. On GPUs (NCCL) that runs;
+# on the CPU DDP's constructor refuses, and the piece records the error.
+
+# %%
+# %%writefile -a runs/ddp_train.py
+
+
+def amp_syncbn_demo(device, rank, world):
+    """One DDP step under autocast(bfloat16); then whether nn.SyncBatchNorm runs under DDP on this device."""
+    torch.manual_seed(0)
+    model = ToyModel().to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    x, y = make_data(16, seed=1)
+    x, y = x.to(device), y.to(device)
+    mine = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        out = ddp(x[mine])  # the Linear layers run in bfloat16
+        loss = F.mse_loss(out, y[mine])  # autocast runs mse_loss in float32
+    loss.backward()  # float32 gradients, all-reduced by DDP
+    ref = ToyModel().to(device)
+    ref.load_state_dict(model.state_dict())
+    F.mse_loss(ref(x), y).backward()  # float32, one process, the whole batch
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    full = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
+    result = {
+        "dtypes": [str(t.dtype) for t in (out, loss, model.net1.weight, model.net1.weight.grad)],
+        "equal on all ranks": all(torch.equal(grads, g) for g in gather(grads)),
+        "max diff to float32": (grads - full).abs().max().item(),
+        "grad scale": full.abs().max().item(),
+    }
+    net = nn.Sequential(nn.Linear(10, 4), nn.BatchNorm1d(4))
+    net = nn.SyncBatchNorm.convert_sync_batchnorm(net).to(device)  # convert first, then wrap
+    try:
+        sbn = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+        sbn(x[mine]).sum().backward()
+        stats = gather(net[1].running_mean)
+        result["syncbn"] = f"ran; running_mean equal on all ranks: {all(torch.equal(stats[0], s) for s in stats)}"
+    except ValueError as err:
+        result["syncbn"] = f"{type(err).__name__}: {err}"
+    return result
+
+
+# %% [markdown]
 # **The program itself**, the part every DDP program has:
 #
 # 1. **join the process group** with `init_process_group(backend)`. `torchrun` set `RANK`, `WORLD_SIZE`,
@@ -639,7 +788,7 @@ def no_sync_demo(ddp, module, x, y, k, device):
 # 2. wrap the model: `DDP(model, device_ids=[local_rank])` on a GPU, **no `device_ids`** for a CPU model;
 # 3. give each rank its **shard** (分片) of the data with `DistributedSampler`, and call `set_epoch(epoch)` before
 #    each epoch so that the shuffle changes;
-# 4. after each epoch, the checkpoint protocol of the notes: **rank 0** writes it (the parameters are equal
+# 4. after each epoch, the usual checkpoint protocol: **rank 0** writes it (the parameters are equal
 #    everywhere; written to a temporary file and renamed, so it is never half-written), `dist.barrier()` makes
 #    everybody wait until it exists, then **every rank** loads it with `torch.load(..., map_location=device)`,
 #    so that each process maps the tensors onto its *own* device (without `map_location`, tensors saved from
@@ -677,8 +826,9 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     try:
-        if attempt == 0:  # the demos of the two cells above, on the first attempt only
+        if attempt == 0:  # the demos of the cells above, on the first attempt only
             seen = buffers_demo(device, rank)
+            amp = amp_syncbn_demo(device, rank, world)
         torch.manual_seed(args.seed + rank)  # every rank its own random stream (noise, init)
         x, y = make_data(64, args.seed)
         model = ToyModel().to(device)  # different initial weights on every rank ...
@@ -751,6 +901,7 @@ def main():
             "final": final,
         }
         if attempt == 0:
+            result["amp"] = amp
             result["buffers"] = {b: {k: [t.cpu() for t in v] for k, v in d.items()} for b, d in seen.items()}
             result["accumulate"] = {
                 w: {"allreduces": v["allreduces"], "grads": [g.cpu() for g in v["grads"]]}
@@ -782,7 +933,7 @@ assert (WORK / "ckpt.pt").exists()
 # %% [markdown]
 # The first line of each rank: the ranks built their models from different seeds (`torch.manual_seed(seed +
 # rank)`), and right after `DDP(model)` the parameters are equal — the constructor broadcast rank 0's (so
-# the notes' advice to seed every process the same way is not needed for the initial weights).
+# the common advice to seed every process the same way is not needed for the initial weights).
 #
 # **Proof (1): DDP with batch B on 2 ranks = 1 process with batch 2B.** Each rank's loss is the mean over its 8
 # samples; DDP *averages* the two gradients, which is exactly the gradient of the mean over all 16 samples. The
@@ -885,7 +1036,8 @@ for r in (0, 1):
 # Two more `DDP(...)` arguments in the same spirit: `find_unused_parameters=True` is needed when some
 # parameters get no gradient in an iteration (a branch not taken): otherwise their bucket never becomes ready
 # and DDP raises an error at the next iteration; it costs a traversal of the autograd graph after every
-# forward. `static_graph=True` promises that the set of used parameters never changes, which lets DDP skip that
+# forward. (The cheapest fix is often not to create layers that `forward` never uses: a layer built in
+# `__init__` "for later" is exactly such a parameter.) `static_graph=True` promises that the set of used parameters never changes, which lets DDP skip that
 # work after the first iteration (and allows activation checkpointing). The error, in this kernel with a process
 # group of one process (a `HashStore` instead of a rendezvous; collectives still run), for a model whose second
 # layer is never used:
@@ -925,6 +1077,79 @@ assert errors[False][0] == 1 and "Expected to have finished reduction in the pri
 assert errors[True] is None
 
 # %% [markdown]
+# **The buckets of the first and the second iteration.** The same kind of one-process group shows how DDP packs
+# the gradients (section 1). The model has four `Linear(512, 512)` layers (262,656 numbers, about 1 MiB, each;
+# in the `find_unused_parameters=True` run also a small layer that is never used, for the flag to find).
+# A communication hook sees every bucket: `bucket.buffer()` is the flat tensor that is all-reduced and
+# `bucket.parameters()` the parameters whose gradients it holds (both public parts of the `GradBucket` a hook
+# receives). The cell records, for each backward, the buckets in the order they were all-reduced, each as its
+# size and the names of its first and last parameters.
+
+
+# %%
+class Stack(nn.Module):
+    """Four Linear(512, 512) layers; with spare=True also a small layer that forward never uses."""
+
+    def __init__(self, spare: bool = False):
+        super().__init__()
+        self.layers = nn.Sequential(*[nn.Linear(512, 512) for _ in range(4)])
+        self.spare = nn.Linear(2, 2) if spare else None
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def bucket_log(iterations: int = 2, spare: bool = False, **ddp_kwargs) -> list[list[tuple]]:
+    """(size, first parameter, last parameter) of every bucket all-reduced, per backward, for a Stack under DDP."""
+    torch.manual_seed(0)
+    net = Stack(spare)
+    names = {p: n.removeprefix("layers.") for n, p in net.named_parameters()}
+    wrapped = nn.parallel.DistributedDataParallel(net, **ddp_kwargs)
+    seen = []
+
+    def hook(state, bucket):  # called once per bucket, when its gradients are ready
+        names_in = [names[p] for p in bucket.parameters()]
+        seen.append((bucket.buffer().numel(), names_in[0], names_in[-1]))
+        return default_hooks.allreduce_hook(None, bucket)  # then do what DDP does by default
+
+    wrapped.register_comm_hook(None, hook)
+    log = []
+    for _ in range(iterations):
+        seen.clear()
+        wrapped(torch.randn(2, 512)).sum().backward()
+        log.append(list(seen))
+    return log
+
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+logs = {
+    "defaults": bucket_log(),
+    "bucket_cap_mb=1": bucket_log(bucket_cap_mb=1),
+    "find_unused_parameters=True, bucket_cap_mb=1": bucket_log(
+        spare=True, find_unused_parameters=True, bucket_cap_mb=1
+    ),
+}
+dist.destroy_process_group()
+for name, log in logs.items():
+    print(name)
+    for it, buckets in enumerate(log, 1):
+        print(f"  backward {it}: {len(buckets)} bucket(s):", ", ".join(f"{n} [{a} .. {b}]" for n, a, b in buckets))
+every = 4 * 262_656
+assert logs["defaults"][0] == [(every, "0.weight", "3.bias")]  # iteration 1: one bucket, everything
+assert logs["defaults"][1] == [(262_656, "3.bias", "3.weight"), (3 * 262_656, "2.bias", "0.weight")]
+assert logs["bucket_cap_mb=1"][0] == [(every, "0.weight", "3.bias")]
+assert [n for n, _, _ in logs["bucket_cap_mb=1"][1]] == [262_656] * 4
+assert len(logs["find_unused_parameters=True, bucket_cap_mb=1"][0]) > 1  # capped buckets from the start
+
+# %% [markdown]
+# With the defaults, the first backward all-reduces **one** bucket holding all 1,050,624 gradients, only after
+# the whole backward has finished: no overlap. From the second backward on, the buckets follow the order in which
+# the gradients arrived — the last layer first (`3.bias`, then `3.weight`) — with a small first bucket (one layer
+# already exceeds its 1 MiB) and the rest in one bucket of up to 25 MiB; with `bucket_cap_mb=1`, one bucket per
+# layer. Only `find_unused_parameters=True` starts with capped buckets in the first iteration. A one-bucket first
+# iteration is why the first step of a DDP job is slower, and one reason to leave a step or two out of timings.
+
+# %% [markdown]
 # **Proof (4): `DistributedSampler`.** It needs no processes to study: give it `num_replicas` and `rank`
 # yourself. Each rank gets a disjoint shard, together they cover the dataset, and when the dataset does not
 # divide evenly the sampler **pads** by repeating indices so that every rank runs the same number of steps (a
@@ -959,7 +1184,10 @@ assert ddp_res[0]["shards"][0] != ddp_res[0]["shards"][1]  # the program did cal
 # %% [markdown]
 # **Proof (5): checkpoint on rank 0, `barrier`, load with `map_location` everywhere** is in the lines above
 # ("equals my parameters True" on both ranks after every epoch). The file holds the *unwrapped* model's
-# `state_dict` (no `module.` prefix), so it loads into a plain model as well, and one RNG state per rank:
+# `state_dict` (no `module.` prefix), so it loads into a plain model as well, and one RNG state per rank. Each
+# RNG state is what `utils.checkpoint_files.rng_state_dict()` (notebook 06) collects: the states of Python's
+# `random`, NumPy's global generator and PyTorch's CPU generator, plus the CUDA (or MPS) generators on a GPU
+# machine — every source of randomness a training step may draw from.
 
 # %%
 ckpt = torch.load(WORK / "ckpt.pt", map_location="cpu", weights_only=True)
@@ -975,14 +1203,46 @@ print(
     "(one per rank)",
 )
 print("model keys:", list(ckpt["model"]))
+print("rank 0's RNG state holds:", sorted(ckpt["rng"][0]))
+assert {"python", "numpy", "torch"} <= set(ckpt["rng"][0])
 restored = ToyModel()
 restored.load_state_dict(ckpt["model"])
 assert all(torch.equal(v, ddp_res[1]["params"][k]) for k, v in restored.state_dict().items())
 assert len(ckpt["rng"]) == 2 and not torch.equal(ckpt["rng"][0]["torch"], ckpt["rng"][1]["torch"])
 
 # %% [markdown]
-# **One GPU per process: the notes' several `device_ids` are refused.** The notes (000) copy an older tutorial
-# that gives each process several GPUs, `DDP(model, device_ids=list(range(rank * n, (rank + 1) * n)))`, so that
+# **Mixed precision and SyncBN under DDP, checked.** The dtypes in the autocast step (output, loss, parameter,
+# gradient), whether the synchronised gradient is the same on both ranks, how far it is from the float32
+# full-batch gradient (bfloat16 keeps about 3 significant digits, notebook 07), and what `nn.SyncBatchNorm` did:
+
+# %%
+amp = ddp_res[0]["amp"]
+print("autocast(bfloat16) dtypes: output, loss, parameter, gradient:", amp["dtypes"])
+print("gradient equal on both ranks:", amp["equal on all ranks"] and ddp_res[1]["amp"]["equal on all ranks"])
+print(
+    f"largest difference to the float32 gradient, relative to its largest entry: below 5%: "
+    f"{amp['max diff to float32'] < 0.05 * amp['grad scale']}"
+)
+print("nn.SyncBatchNorm under DDP here:", amp["syncbn"])
+assert amp["dtypes"] == ["torch.bfloat16", "torch.float32", "torch.float32", "torch.float32"]
+assert all(r["amp"]["equal on all ranks"] for r in ddp_res.values())
+assert 0 < amp["max diff to float32"] < 0.05 * amp["grad scale"]
+if device.type == "cpu":
+    assert amp["syncbn"] == "ValueError: SyncBatchNorm layers only work with GPU modules"
+
+# %% [markdown]
+# Where each BatchNorm runs:
+#
+# | | CPU, gloo | GPU, NCCL (or gloo) |
+# |---|---|---|
+# | `nn.SyncBatchNorm` inside DDP | refused by DDP's constructor (above) | runs: global statistics |
+# | `nn.SyncBatchNorm`, training mode, in a process group, no DDP | `ValueError` (section 4) | runs |
+# | `nn.SyncBatchNorm` in `eval()` or without a process group | plain BatchNorm | plain BatchNorm |
+# | the hand-written SyncBN of section 4 | runs | runs |
+
+# %% [markdown]
+# **One GPU per process: several `device_ids` are refused.** Older tutorials (PyTorch 1.x) give each process
+# several GPUs, `DDP(model, device_ids=list(range(rank * n, (rank + 1) * n)))`, so that
 # DDP would also replicate the model across them inside the process, as DataParallel does. That mode was
 # deprecated and then removed (PyTorch 1.9); `torch/nn/parallel/distributed.py` now raises before looking at the
 # devices:
@@ -999,10 +1259,13 @@ assert len(ckpt["rng"]) == 2 and not torch.equal(ckpt["rng"][0]["torch"], ckpt["
 
 # %%
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-with pytest.raises(ValueError) as refused:
+try:
     nn.parallel.DistributedDataParallel(nn.Linear(2, 2), device_ids=[0, 1])
-print(f"DDP(model, device_ids=[0, 1]) -> {refused.type.__name__}: {refused.value}")
-assert str(refused.value) == "device_ids can only be None or contain a single element."
+    refused = "no error"
+except ValueError as err:
+    refused = f"{type(err).__name__}: {err}"
+print(f"DDP(model, device_ids=[0, 1]) -> {refused}")
+assert refused == "ValueError: device_ids can only be None or contain a single element."
 cpu_ddp = nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
 print("DDP(cpu_model).device_ids:", cpu_ddp.device_ids, "| world size", dist.get_world_size())
 assert cpu_ddp.device_ids is None
@@ -1020,23 +1283,29 @@ assert not dist.is_initialized()
 #
 # BatchNorm normalises with the mean and variance of the batch. Under DDP each process sees only its shard, so
 # plain BatchNorm uses the statistics of B samples instead of the global batch — harmless for large per-GPU
-# batches, harmful for small ones (detection and segmentation, with 2 images per GPU, the notes say).
+# batches, harmful for small ones (detection and segmentation, often with 2 images per GPU).
 # The cure is **synchronised BatchNorm** (同步批归一化, SyncBN), which computes the statistics of the whole global batch.
 #
-# The notes' derivation: with $m$ samples in total,
+# The derivation: with $m$ samples in total,
 # $\mu = \frac1m\sum_i x_i$ and $\sigma^2 = \frac1m\sum_i (x_i-\mu)^2 = \frac1m\sum_i x_i^2 - \mu^2$.
 # So each rank needs only three numbers per channel that *add up* across ranks: $\sum x_i$, $\sum x_i^2$ and the
 # count. Packed into one tensor they travel in **one** `all_reduce`, instead of one for the mean and a second
 # one for the variance. The backward pass needs two more global sums per channel, $\sum \partial L/\partial y$
-# and $\sum \partial L/\partial y \cdot \hat x$: one more `all_reduce` (PyTorch's implementation, quoted in the
-# notes, reduces exactly these two). With $\hat x = (x-\mu)/\sqrt{\sigma^2+\epsilon}$ and $y=\gamma\hat x+\beta$:
+# and $\sum \partial L/\partial y \cdot \hat x$: one more `all_reduce` (PyTorch's CUDA implementation reduces
+# exactly these two). With $\hat x = (x-\mu)/\sqrt{\sigma^2+\epsilon}$ and $y=\gamma\hat x+\beta$:
 #
 # $$\frac{\partial L}{\partial x_i} = \frac{\gamma}{m\sqrt{\sigma^2+\epsilon}}\Big(m\,\frac{\partial L}{\partial y_i}
 #   - \sum_j \frac{\partial L}{\partial y_j} - \hat x_i \sum_j \frac{\partial L}{\partial y_j}\hat x_j\Big).$$
 #
 # (One caveat: $E[x^2]-E[x]^2$ loses precision when the mean is large compared with the spread; PyTorch's
 # `nn.SyncBatchNorm` all-gathers each rank's mean, inverse standard deviation and count and combines them, which
-# is more robust.)
+# is more robust. Its code, in `torch/nn/modules/_functions.py`, names the steps: `torch.batch_norm_stats` (this
+# rank's mean and invstd), an all-gather, `torch.batch_norm_gather_stats_with_counts` (the merge, which also
+# updates the running statistics) and `torch.batch_norm_elemt` (normalise); backward,
+# `torch.batch_norm_backward_reduce` (the two sums), one `all_reduce` of them, and
+# `torch.batch_norm_backward_elemt` (the formula above). Like `nn.BatchNorm`, it accepts `momentum=None`, which
+# replaces the exponential running average by a cumulative one: the running statistics become the plain mean
+# over all batches seen so far.)
 #
 # The next cell writes it as a `torch.autograd.Function` (forward and backward by hand, each with its one
 # `all_reduce`, counted) and a module `HandSyncBatchNorm` with BatchNorm's parameters and buffers.
@@ -1132,7 +1401,7 @@ def make_inputs(world_size, per_rank=2, channels=3, length=5, seed=0):
 # %% [markdown]
 # ## 5. The ring all-reduce, and what it saves
 #
-# `all_reduce` is what DDP calls on the gradients. The notes compare two ways to implement it for 4 machines
+# `all_reduce` is what DDP calls on the gradients. Here are two ways to implement it, for 4 machines
 # holding `[1,2,3,4]`, `[5,6,7,8]`, `[9,10,11,12]`, `[13,14,15,16]`:
 #
 # * **naive**: machine 0 receives the other three vectors (12 numbers), adds, and sends the sum back to each
@@ -1242,8 +1511,8 @@ def simulate_ring(vectors):
 # **One program for both, on 4 processes.** The worker program below runs the hand-written SyncBN on a global
 # batch of 8 (shape `(8, 3, 5)`, mean 3, std 2; 2 samples per rank) and checks it against BatchNorm over the
 # whole batch, which every rank can compute because the batch comes from a shared seed; then the naive and the
-# ring all-reduce on the notes' numbers, with real `send`/`recv`/`isend` between the processes, counted, and
-# checked against `dist.all_reduce`. It runs with **4** processes, like the notes' example.
+# ring all-reduce on the four vectors above, with real `send`/`recv`/`isend` between the processes, counted,
+# and checked against `dist.all_reduce`. It runs with **4** processes, one per "machine" of the example.
 
 # %%
 # %%writefile runs/by_hand.py
@@ -1289,7 +1558,7 @@ try:
         "collectives": dict(COLLECTIVES),
     }
 
-    # --- all-reduce by hand: the notes' vectors [1,2,3,4], [5,6,7,8], ... ---
+    # --- all-reduce by hand: the vectors [1,2,3,4], [5,6,7,8], ... ---
     naive_count, ring_count = CommCount(), CommCount()
 
     def send(buf, dst):
@@ -1390,7 +1659,9 @@ assert all(
 # `nn.SyncBatchNorm` (copying weights and running statistics); do it *before* wrapping the model in DDP. Its
 # synchronised forward runs only on GPUs (and XPU/HPU): in training mode inside a process group, a CPU tensor
 # raises `ValueError` (shown with a group of one process). Outside a process group, or in `eval()` mode, it is
-# ordinary BatchNorm, so the conversion itself can be shown here.
+# ordinary BatchNorm, so the conversion itself can be shown here. (In PyTorch 1.x it also ran only inside DDP,
+# with one GPU per process; that check is gone, and any process group will do. Inside DDP on the CPU it is
+# DDP's constructor that refuses, as section 3 showed.)
 
 # %%
 net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Linear(4, 4), nn.BatchNorm1d(8))
@@ -1402,20 +1673,22 @@ print("no process group: output shape", tuple(converted(x_img).shape), "(plain B
 if device.type == "cpu":
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        with pytest.raises(ValueError) as on_cpu:
-            converted(x_img)
+        converted(x_img)
+        on_cpu = "no error"
+    except ValueError as err:
+        on_cpu = f"{type(err).__name__}: {err}"
     finally:
         dist.destroy_process_group()
-    print(f"in a process group, training mode, on the CPU: {on_cpu.type.__name__}: {on_cpu.value}")
-    assert "expected input tensor to be on GPU" in str(on_cpu.value)
+    print(f"in a process group, training mode, on the CPU: {on_cpu}")
+    assert on_cpu.startswith("ValueError:") and "expected input tensor to be on GPU" in on_cpu
 
 # %% [markdown]
-# **Proof (7): the ring.** The buffers after each step, next to the notes' table for the scatter-reduce phase
-# (machine 1 of the notes is rank 0): after step 3 each rank holds one finished chunk (rank 0: 32, rank 1: 36,
+# **Proof (7): the ring.** The buffers after each step, next to the table of the scatter-reduce phase as it is
+# usually drawn for this example (its machine 1 is rank 0): after step 3 each rank holds one finished chunk (rank 0: 32, rank 1: 36,
 # rank 2: 40, rank 3: 28), and the all-gather steps spread them.
 
 # %%
-NOTES_SCATTER_REDUCE = [  # the notes' three scatter-reduce steps, machines 1..4
+TEXTBOOK_SCATTER_REDUCE = [  # the three scatter-reduce steps as usually tabulated, machines 1..4
     [[1, 2, 3, 20], [6, 6, 7, 8], [9, 16, 11, 12], [13, 14, 26, 16]],
     [[1, 2, 29, 20], [6, 6, 7, 28], [15, 16, 11, 12], [13, 30, 26, 16]],
     [[1, 32, 29, 20], [6, 6, 36, 28], [15, 16, 11, 40], [28, 30, 26, 16]],
@@ -1425,7 +1698,7 @@ for step in range(6):
     row = [[int(v) for v in hres[r]["trace"][step]] for r in range(4)]
     print(f"step {step + 1} {phase}: " + "  ".join(f"r{r}={row[r]}" for r in range(4)))
     if step < 3:
-        assert row == NOTES_SCATTER_REDUCE[step]
+        assert row == TEXTBOOK_SCATTER_REDUCE[step]
 assert all(r["ring"].tolist() == [28, 32, 36, 40] and torch.equal(r["naive"], r["expected"]) for r in hres.values())
 assert all(torch.allclose(r["ring_vec"], r["ref_vec"], atol=1e-6) for r in hres.values())  # uneven chunks too
 
@@ -1450,8 +1723,10 @@ assert all(r["ring_count"]["sent_messages"] == r["ring_count"]["recv_messages"] 
 assert sum(r["naive_count"]["sent_messages"] for r in hres.values()) == 2 * (4 - 1)  # 3 in, 3 out of machine 0
 
 # %% [markdown]
-# These are the notes' numbers: naive, machine 1 receives 12 and sends 12 (24 numbers through one machine) while
-# the others move 4 + 4; ring, every machine receives 6 and sends 6 (12). The ring pays in *messages*: every
+# Naive, machine 0 receives 12 and sends 12 (24 numbers through one machine) while
+# the others move 4 + 4; ring, every machine receives 6 and sends 6 (12). The arithmetic is spread the same way:
+# naive, machine 0 does all 12 additions while the others wait; ring, every machine does 3 additions (its
+# scatter-reduce steps) and 3 copies (its all-gather steps), at the same time. The ring pays in *messages*: every
 # machine sends 2·(N−1) = 6 of them, 24 in all against the naive 6, in 2·(N−1) steps that run one after another,
 # so the fixed cost of a message (its latency) is paid 2·(N−1) times. For small tensors that latency dominates —
 # one reason NCCL also has tree algorithms (about 2·log₂N steps) and DDP packs gradients into buckets of about
@@ -1510,8 +1785,10 @@ plt.show()
 # One practical detail, found the hard way while writing this notebook: by default the restarted workers reuse
 # the agent's rendezvous store, and a restarted worker sometimes reads the address its peer had in the *failed*
 # attempt, then gives up with "Gloo connectFullMesh failed ... Connection refused" (about half of the restarts
-# here; PyTorch issue #135712). `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives every attempt a fresh store, and
-# the launcher sets it whenever `--max_restarts` is used.
+# here; PyTorch issue #135712, reported for NCCL). `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives every attempt a
+# fresh store. This notebook's launcher (`utils.launch`) sets it whenever `--max_restarts` is used, as the printed
+# command shows; plain `torchrun` does not, so set it yourself (`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun
+# --max_restarts=...`).
 
 # %%
 crash = run_torchrun(
@@ -1557,15 +1834,16 @@ assert resumed_steps == list(range(4, 12)) and not torch.equal(cres[0]["noise"][
 # ## 7. Bigger global batch, bigger learning rate: linear scaling with warm-up
 #
 # With N processes and batch B each, one step sees N·B samples, and an epoch has N times fewer steps. The
-# notes' rule (Goyal et al., *Training ImageNet in 1 Hour*): multiply the learning rate by the same factor,
+# **linear scaling rule** (线性缩放规则; Goyal et al., *Training ImageNet in 1 Hour*): multiply the learning rate by the same factor,
 # lr = base_lr × (global batch / base batch). A large learning rate at the very start, when the weights are
-# random, can make training diverge, so it is reached by a linear **warm-up** (预热) over the first epochs. The
-# notes add from experience that the full factor is not always best; half of it sometimes works as well. (For
+# random, can make training diverge, so it is reached by a linear **warm-up** (预热) over the first epochs. In
+# practice the full factor is not always best; half of it sometimes works as well. (For
 # Adam-type optimizers a square-root rule is often used instead.)
 #
 # Below: base lr 0.1 for a global batch of 256, 5 warm-up epochs, then a step decay at epochs 30 and 60, for 1,
 # 2 and 8 GPUs with 256 samples each. Built with the modern schedulers: `LinearLR` for the warm-up followed by
-# `MultiStepLR`, chained by `SequentialLR` (read the rate with `get_last_lr()`, not the notes' `get_lr()`).
+# `MultiStepLR`, chained by `SequentialLR` (read the rate with `get_last_lr()`; older code calls `get_lr()`, which
+# is meant for the scheduler's own use and warns when called from outside). Notebook 10 teaches schedulers fully.
 
 
 # %%
@@ -1601,7 +1879,6 @@ for n_gpus in (1, 2, 8):
     assert math.isclose(lrs[0], 0.1) and math.isclose(lrs[5], 0.1 * n_gpus) and math.isclose(lrs[30], 0.01 * n_gpus)
 plt.xlabel("epoch")
 plt.ylabel("learning rate")
-plt.yscale("log")
 plt.legend()
 plt.tight_layout()
 plt.show()
@@ -1613,15 +1890,17 @@ plt.show()
 # DDP overlaps the gradient all-reduce with the backward pass by running NCCL on its own CUDA **stream** (流):
 # a queue of GPU work that runs in order, while work in *different* streams may run at the same time. Every GPU
 # has a default stream, and everything in this course so far ran on it, in order. With a side stream you get
-# the concurrency and the duty to order things yourself. The notes (001) give an example that computes a wrong
+# the concurrency and the duty to order things yourself. A classic example computes a wrong
 # result: the default stream fills a tensor `A`, and `A.sum()` on a side stream may read it before the fill
 # has run, because the host only *queues* GPU work and the side stream does not wait for the default one.
 #
 # The tools: `s2.wait_stream(s1)` (work queued on `s2` from now on waits for everything queued on `s1` so far),
 # an event (`e = torch.cuda.Event(); e.record()` marks a point in the current stream; `s2.wait_event(e)` waits
 # for it), and `t.record_stream(s2)` (tell the caching allocator that `t`, allocated by another stream, is in use
-# on `s2`, so its memory is not handed out again before `s2`'s work is done). `torch.cuda._sleep` (an internal
-# helper the PyTorch tests use) keeps the default stream busy, so that the missing wait matters.
+# on `s2`, so its memory is not handed out again before `s2`'s work is done). `torch.cuda._sleep` keeps the
+# default stream busy, so that the missing wait matters: it is a **private** helper (the leading underscore)
+# that PyTorch's own tests use, for looking inside only, and it may move in a later version; the cell checks
+# that it exists and says so clearly if not.
 #
 # The cell runs on a CUDA device; on this CPU-only machine it says why it skipped. It asserts only the
 # correctly ordered results: the unordered one *may* be wrong (it usually is, with the sleep), but a race is not
@@ -1629,6 +1908,8 @@ plt.show()
 
 # %%
 if device.type == "cuda":
+    if not hasattr(torch.cuda, "_sleep"):
+        raise RuntimeError(f"torch.cuda._sleep, a private helper, is missing in PyTorch {torch.__version__}")
     n = 1 << 22  # 2**22 twos: the sum, 2**23, is exact in float32
     side = torch.cuda.Stream()
     main_stream = torch.cuda.current_stream()
@@ -1722,7 +2003,7 @@ ex = Checker("08")
 # `torchrun --nnodes=2 --nproc_per_node=4 --node_rank=K --master_addr=... train.py` with its own `K`. Look at the
 # process on the second machine (`--node_rank=1`) whose `LOCAL_RANK` is 2. Predict, on paper:
 #
-# 1. its `RANK`, `WORLD_SIZE` and `LOCAL_WORLD_SIZE` (section 2; the notes get two of these wrong);
+# 1. its `RANK`, `WORLD_SIZE` and `LOCAL_WORLD_SIZE` (section 2: processes, not machines);
 # 2. every process runs micro-batches of 32 samples and accumulates gradients over **4 micro-batches** per
 #    optimizer step; from the second iteration on, DDP packs the model's gradients into **3 buckets**. How many
 #    all-reduce calls does one rank make per optimizer step (a) with `no_sync()` around the forward *and*
@@ -1768,7 +2049,7 @@ ex.check(2, shard_indices)
 # %% [markdown]
 # ### Exercise 3 · Merge the ranks' BatchNorm statistics like `nn.SyncBatchNorm` (stretch)
 #
-# The notes ask **为何在多卡训练的情况下需要对BN进行同步？** — why synchronise BatchNorm across GPUs? Because each
+# **为何在多卡训练的情况下需要对BN进行同步？** — why synchronise BatchNorm across GPUs? Because each
 # GPU normalises with the statistics of its own few samples, which can be far from the global batch's (section
 # 4). Section 4's hand-written SyncBN all-reduced Σx, Σx² and the count and used σ² = E[x²] − E[x]². PyTorch's
 # `nn.SyncBatchNorm` instead all-gathers each rank's **mean, inverse standard deviation (so, its variance) and
@@ -1800,32 +2081,67 @@ ex.check(3, merge_bn_stats)
 # * **DataParallel** (one process, threads, model replicated every step, one machine) needs one line, but
 #   **DistributedDataParallel** (one process per device) is faster and is what PyTorch recommends. Reach your
 #   model's attributes through `.module`, and save `model.module.state_dict()` so the keys carry no `module.`
-#   prefix.
+#   prefix. DataParallel's model must already sit on `device_ids[0]`.
 # * A job is a **process group** (进程组) of **world size** (世界大小) processes — not machines — each with a
 #   **rank** (秩), its global index, and a local rank, its index on its machine (its GPU). A device string names
 #   one device (`'cuda:1,2'` is an error), and a DDP process uses one GPU (`device_ids` with two entries is
-#   refused).
+#   refused); no two processes may share a GPU.
 # * Start DDP programs with **`torchrun`** (`--standalone --nproc_per_node=N` on one machine; `--nnodes`,
 #   `--node_rank`, `--master_addr`, `--master_port` on several), or with `mp.spawn` and a worker that lives in a
 #   module. The DDP program: `init_process_group(backend, device_id=...)`, `DDP(model, device_ids=[local_rank])`
 #   (none on the CPU), `DistributedSampler` + `set_epoch`, rank-0 checkpoint + `barrier` + `map_location`,
 #   `destroy_process_group()`. The process group's `timeout` (30 min for gloo, 10 min for NCCL) turns a missing
-#   peer into an error.
+#   peer into an error. `torchrun` sets `OMP_NUM_THREADS=1` for several workers per node, to avoid
+#   oversubscribing the cores; tune it yourself for CPU-heavy jobs.
 # * DDP broadcasts parameters and buffers once (constructor, whatever `forward_sync_buffers` says), **buffers
 #   before every forward** (`forward_sync_buffers=True`, the default), and all-reduces (全归约) gradients in
-#   buckets during backward, averaged; a parameter that gets no gradient needs `find_unused_parameters=True`. With batch B on N processes it trains
-#   exactly like one process with batch N·B (proved above to 1e-6).
+#   buckets during backward, averaged: one bucket for everything in the first backward, then buckets of up to
+#   25 MiB in the order the gradients arrived. A parameter that gets no gradient needs
+#   `find_unused_parameters=True`. With batch B on N processes it trains exactly like one process with batch
+#   N·B (proved above to 1e-6). `autocast` works inside DDP unchanged (the gradients stay float32).
 # * Gradient accumulation (梯度累加): put the forward *and* backward of all but the last micro-batch inside
 #   `no_sync()`: 1 all-reduce instead of k, the same gradient.
 # * Checkpoints for a restartable job hold the model, the optimizer and **every rank's RNG state**; with `torchrun
 #   --max_restarts` and a resume at start, a crashed job finishes bit for bit like an uninterrupted one.
 # * Synchronised BatchNorm (同步批归一化) needs one all-reduce of (sum, sum of squares, count) forward and one
-#   backward, and gives global statistics on every rank; `nn.SyncBatchNorm.convert_sync_batchnorm` does it on
-#   GPUs.
+#   backward, and gives global statistics on every rank; `nn.SyncBatchNorm.convert_sync_batchnorm` (before
+#   `DDP(...)`) does it on GPUs; on the CPU both DDP and SyncBN refuse.
 # * The ring all-reduce sends and receives 2(N−1)L/N numbers per machine, where the naive way pushes (N−1)L
-#   each way through one machine: measured 6 + 6 = 12 against 12 + 12 = 24 for the notes' 4 machines.
+#   each way through one machine: measured 6 + 6 = 12 against 12 + 12 = 24 for 4 machines.
 # * Scale the learning rate with the global batch, and warm up to it. On a GPU, work on a side stream must be
 #   ordered by hand (`wait_stream`, events, `record_stream`).
 #
-# Training a model too large for one GPU's memory needs its parameters *sharded* across processes rather than
-# copied: notebook 09, sharding and distributed checkpoints.
+# **Which tool when.** One GPU is enough until training is too slow. Then, on one machine with several GPUs, go
+# straight to DDP with `torchrun --standalone` (DataParallel only for a quick experiment); on several machines,
+# the same program with `--nnodes` and a rendezvous; when machines may fail or come and go, add
+# `--max_restarts` (and elastic `--nnodes=MIN:MAX`) and a resume from checkpoints. When the model itself no
+# longer fits on one GPU, its parameters must be *sharded* across processes rather than copied: notebook 09,
+# sharding and distributed checkpoints. PyTorch's own guides: the
+# [distributed overview](https://docs.pytorch.org/tutorials/beginner/dist_overview.html), the
+# [DDP design note](https://docs.pytorch.org/docs/stable/notes/ddp.html) (buckets and the reducer, drawn) and
+# [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (streams).
+
+# %% [markdown]
+# ## For readers of the original notes (原笔记勘误)
+#
+# This lesson was built from a teacher's study notes written for PyTorch 1.x. Where the notes say something
+# that is wrong, or no longer true in PyTorch 2.14, the lesson teaches the current behaviour; this table lists
+# each case.
+#
+# | What the notes say | What holds in PyTorch 2.14 | Where this lesson shows it |
+# |---|---|---|
+# | The world size is the number of machines; the rank is the machine's number; the local rank is "the GPU number within a process" | The world size counts *processes* (2 machines × 8 GPUs = 16); the rank is a process's global index; the machine's index is the node rank (`GROUP_RANK`); a DDP process uses one GPU | §2 · Processes, ranks, and how to start them |
+# | `model.cuda('cuda:1,2')`, `torch.cuda.set_device('cuda:1,2')` to use two GPUs | `RuntimeError: Invalid device string: 'cuda:1,2'`; choose GPUs with `CUDA_VISIBLE_DEVICES` | §2 · Processes, ranks, and how to start them |
+# | Start workers with `python -m torch.distributed.launch` and parse `--local_rank` | `torchrun`; `LOCAL_RANK` is in the environment; `launch` emits a `FutureWarning` and passes `--local-rank` | §2 · Processes, ranks, and how to start them |
+# | `setup()` with `MASTER_ADDR='localhost'`, `MASTER_PORT='12355'` in the script | `torchrun` sets both (`--standalone` picks a free port); a fixed port fails when two jobs share a machine | §2 · Processes, ranks, and how to start them |
+# | CPU backend: MPI | gloo ships with PyTorch and is the CPU backend; MPI needs a PyTorch built from source | §2 · Processes, ranks, and how to start them |
+# | Seed every process the same way so that the models start equal | DDP's constructor broadcasts rank 0's parameters and buffers | §3 · A DDP program, written here and run by `torchrun` |
+# | Only gradients are synchronised | Buffers are broadcast before every forward too (`forward_sync_buffers=True`, named `broadcast_buffers` before 2.13) | §3 · A DDP program, written here and run by `torchrun` |
+# | `DDP(model, device_ids=list(range(rank * n, (rank + 1) * n)))`: several GPUs per process | Removed in 1.9: `ValueError: device_ids can only be None or contain a single element.` | §3 · A DDP program, written here and run by `torchrun` |
+# | The training loop calls no `sampler.set_epoch(epoch)` | Without it every epoch repeats epoch 0's shuffle | §3 · A DDP program, written here and run by `torchrun` |
+# | The complete Apex DDP + AMP + SyncBN script (uses `optimizer` before defining it; `images` undefined) | A complete program that runs, with `torch.autocast` instead of Apex AMP and `nn.SyncBatchNorm.convert_sync_batchnorm` instead of Apex's `convert_syncbn_model` | §3 · A DDP program, written here and run by `torchrun` |
+# | `nn.SyncBatchNorm` works only inside DDP with one GPU per process (the 1.x `ddp_gpu_size` check) | That check is gone: any process group will do, but only on GPUs (XPU, HPU); on the CPU DDP's constructor and SyncBN's forward refuse | §3 · A DDP program, written here and run by `torchrun`; §4 · Synchronised BatchNorm, written by hand |
+# | The DataParallel example with `timm`: `DataParallel(model, [0, 1])` with the input on `cuda:2`, "the model may be anywhere" | The input may be anywhere, the model may not: its parameters and buffers must be on `device_ids[0]` | §1 · `nn.DataParallel`: one process, many GPUs |
+# | Strip the `module.` prefix with `k[7:]` | `consume_prefix_in_state_dict_if_present`, or save `model.module.state_dict()` | §1 · `nn.DataParallel`: one process, many GPUs |
+# | SyncBN's variance: σ² = (1/m) Σ (xᵢ² + μ² − 2xᵢμ)², a stray square on the expansion | σ² = (1/m) Σ xᵢ² − μ², computed from Σx, Σx² and the count | §4 · Synchronised BatchNorm, written by hand |
+# | Read the learning rate with `scheduler.get_lr()` | `get_last_lr()`; `get_lr()` is for the scheduler itself and warns when called from outside | §7 · Bigger global batch, bigger learning rate: linear scaling with warm-up |
