@@ -58,7 +58,8 @@ from utils import fmt, get_device, seed_everything
 seed_everything(0)
 device = get_device()
 if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-    amp_dtype = torch.float16  # pre-Ampere GPUs: float16 tensor cores, and a GradScaler
+    # pre-Ampere GPUs: their tensor cores (matrix-multiply units, section 1) take float16, which needs a GradScaler
+    amp_dtype = torch.float16
 else:
     amp_dtype = torch.bfloat16
 use_scaler = amp_dtype == torch.float16
@@ -280,7 +281,8 @@ assert sum(sr[-50:]) / 50 < b16[-1] / 10  # stochastic rounding keeps learning f
 # with Adam — which keeps two running averages per parameter (notebook 10 opens it up) — training still costs
 # 4 + 4 + 8 = 16 bytes per parameter. What AMP can save is the memory of the **activations** (激活值; the tensors
 # saved for backward, often the largest part) — at most half of it, and section 5 shows when it saves nothing —
-# and, on a GPU with **tensor cores** (张量核心), time.
+# and, on a GPU with **tensor cores** (张量核心; dedicated units that multiply small blocks of 16-bit matrices many
+# times faster than the ordinary float32 arithmetic units), time.
 
 # %%
 for dt in layout:
@@ -361,7 +363,8 @@ if device.type in ("cpu", "cuda"):  # the two lists this notebook describes
 
 # %% [markdown]
 # On the CPU, softmax and `log_softmax` of a bfloat16 tensor stay bfloat16 — but `cross_entropy` (which contains
-# a `log_softmax`) is in the float32 list on both devices, so a loss computed with it is float32. If you write
+# a `log_softmax`) computes in float32 on both devices: the CPU lists `cross_entropy` itself; CUDA lists its two
+# pieces, `log_softmax` (output forced to float32) and `nll_loss`. So a loss computed with it is float32. If you write
 # the loss yourself from `log_softmax`, cast the logits with `.float()` first; that is what CUDA's list does for
 # you.
 #
@@ -446,7 +449,9 @@ assert len(future) == 2 and all("is deprecated" in m for m in future)
 # Two decorators from `torch.amp` fix it. `@torch.amp.custom_fwd(device_type=...)` on `forward` records the
 # autocast state, and `@torch.amp.custom_bwd(device_type=...)` on `backward` runs the backward under that same
 # state. With `custom_fwd(..., cast_inputs=torch.float32)` the forward instead gets its floating-point inputs cast
-# to float32 and runs with autocast off: the way to keep a numerically delicate Function in float32.
+# to float32 and runs with autocast off: the way to keep a numerically delicate Function in float32. (Only inside
+# an autocast region: outside one, `custom_fwd` does nothing and `cast_inputs` has no effect, so cast with `.float()`
+# yourself.)
 
 
 # %%
@@ -971,7 +976,8 @@ assert identical
 # digits instead of float32's 7) with float32's 8-bit exponent (no overflow problem), products accumulated in
 # float32. It is much faster than true float32 and needs no code change; it is a switch on the *float32* path,
 # independent of autocast. Since PyTorch 1.12 matrix products use true float32 unless you ask for TF32, while
-# cuDNN convolutions use TF32 by default. (Older code and older documentation say TF32 is on for both; that was
+# cuDNN (NVIDIA's library of neural-network kernels: convolutions, recurrent layers) convolutions use TF32 by
+# default. (Older code and older documentation say TF32 is on for both; that was
 # PyTorch 1.7–1.11.) The "CUDA semantics" page of PyTorch's documentation has the details:
 # <https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices>.
 #
@@ -979,11 +985,11 @@ assert identical
 # (inherit from the level above):
 #
 # * `torch.backends.fp32_precision` — the global default (`"none"`: true float32);
-# * `torch.backends.cuda.matmul.fp32_precision` — cuBLAS matrix products, default `"none"`, so IEEE float32;
+# * `torch.backends.cuda.matmul.fp32_precision` — cuBLAS (NVIDIA's matrix-product library) matrix products, default `"none"`, so IEEE float32;
 # * `torch.backends.cudnn.conv.fp32_precision` and `torch.backends.cudnn.rnn.fp32_precision` — cuDNN, default
 #   `"tf32"`;
-# * `torch.backends.mkldnn.matmul.fp32_precision` — the CPU's oneDNN library, where `"bf16"` lets float32 matrix
-#   products use bfloat16 units.
+# * `torch.backends.mkldnn.matmul.fp32_precision` — oneDNN (Intel's library of CPU kernels for matrix products and
+#   convolutions, formerly MKL-DNN), where `"bf16"` lets float32 matrix products use bfloat16 units.
 #
 # The older switches still work in 2.14, without a warning, and set the same state:
 # `torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32`, and
@@ -1259,9 +1265,9 @@ assert total_ratio[4096] < 0.6 and total_ratio[256] > 0.8 and total_ratio[16] > 
 #
 # * **CPUs with bfloat16 instructions** (AVX-512 BF16, AMX). On a server CPU with AVX-512 BF16 (an AMD EPYC), an
 #   autocast step of this MLP took about a third of the time of a float32 step. Without such instructions bfloat16
-#   is *emulated* and an autocast step took about ten times *longer* than a float32 one. The output stored with
-#   this notebook was made that way (the course computes its reference outputs with the same instructions on every
-#   machine), so if your CPU has bfloat16 instructions your numbers can look the other way round.
+#   is *emulated* and an autocast step took 10–25 times *longer* than a float32 one. The output stored with this
+#   notebook was made that way (with the CPU kernels capped to AVX2 instructions, so that outputs agree across
+#   machines), so if your CPU has bfloat16 instructions your numbers can look the other way round.
 # * **GPUs with tensor cores.** On one NVIDIA H100 (measured with PyTorch 2.11), a single 8192 × 8192 matrix
 #   product took 21 ms in float32, 2.7 ms in TF32 and 1.4 ms in bfloat16 or float16: 15 times faster. This small
 #   MLP, though, took about 1 ms per step in both modes: its matrices are too small to keep the GPU busy, and the
