@@ -177,7 +177,9 @@ assert run(4)[0] == 8 * act  # sqrt(16) = 4 segments: 3 kept inputs + the last s
 # %% [markdown]
 # Sixteen layers need 17 saved activations (the input and every `Tanh` output; each `Linear` saves its input, which
 # is the previous output). With 4 segments only 8 remain, and the gradients are bit-for-bit identical. The cost is
-# the recomputation: 12 extra `Linear` forwards. Too many segments keep too many boundaries, too few make the
+# the recomputation: 12 extra `Linear` forwards: every checkpointed `Linear` runs twice, because the last tensor
+# a segment saves is its final `Tanh`'s output, saved only after that `Tanh` has computed it, so recomputation
+# must rerun the whole segment (section 1.4 shows a block where it stops earlier). Too many segments keep too many boundaries, too few make the
 # unfinished last segment (and the one being recomputed) large: the sum k + N/k is smallest at k = √N. The plot
 # measures this for N = 16 and N = 64.
 
@@ -217,7 +219,10 @@ plt.show()
 # %% [markdown]
 # ### 1.2 Peak memory on CUDA
 #
-# On CUDA the same comparison can be read from the caching allocator: `torch.cuda.reset_peak_memory_stats()`,
+# On CUDA the same comparison can be read from the **caching allocator** (缓存分配器), PyTorch's manager of GPU
+# memory: it requests large blocks from the CUDA driver, hands pieces of them to tensors, and keeps the pieces of
+# freed tensors for reuse instead of returning them to the driver (asking the driver is slow). Its statistics
+# say how much memory tensors use: `torch.cuda.reset_peak_memory_stats()`,
 # then `torch.cuda.max_memory_allocated()` is the largest amount of memory held by live tensors since the reset
 # (older code calls `reset_max_memory_allocated`, the deprecated name). Mind *when* the peak happens. With the shape above
 # the 16 weight gradients (16 × 257 KiB = 4.0 MiB) outweigh the saved activations (17 × 128 KiB = 2.1 MiB), so
@@ -337,8 +342,11 @@ assert missing_default == [True] * 4 + [False] * 4 and not any(missing_non_reent
 # forward pass. Yet most saved tensors are usually the outputs of cheap element-wise operations (activations,
 # normalisations, the eight steps of a hand-written GELU), and the matrix products are where the time goes.
 # **Selective activation checkpointing** (选择性激活重计算, SAC) decides per operator: a **policy** function is
-# called for every ATen operator inside the checkpointed region and answers `CheckpointPolicy.MUST_SAVE` (keep its
-# output) or `CheckpointPolicy.PREFER_RECOMPUTE` (drop it, recompute it in backward).
+# called for every **ATen** operator inside the checkpointed region (ATen is PyTorch's C++ tensor library: every
+# `torch` function and `Tensor` method ends in calls to its operators, named `aten::add`, `aten::addmm`, ... and
+# reachable from Python as `torch.ops.aten.add`, ...). The policy returns a `CheckpointPolicy` value; of the six
+# (`MUST_` or `PREFER_` with `SAVE`, `RECOMPUTE` or `CPU_OFFLOAD`) this lesson uses two: `MUST_SAVE` (keep the
+# operator's output) and `PREFER_RECOMPUTE` (drop it, recompute it in backward).
 # `create_selective_checkpoint_contexts(policy)` turns the policy into the pair of contexts that `checkpoint`
 # accepts as `context_fn` (a function returning them, hence `functools.partial`).
 #
@@ -351,7 +359,11 @@ assert missing_default == [True] * 4 + [False] * 4 and not any(missing_non_reent
 # %%
 import functools  # noqa: E402
 
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts  # noqa: E402
+from torch.utils.checkpoint import (  # noqa: E402
+    CheckpointPolicy,
+    create_selective_checkpoint_contexts,
+    set_checkpoint_early_stop,
+)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 
@@ -401,14 +413,28 @@ for name in ("no checkpointing", "full checkpoint", "selective (SAC)"):
         f"{name:17}: {saved['bytes'] / act_gelu:4.2f} activations saved | backward {flops.get_total_flops() / 1e6:5.1f} MFLOP"
     )
 (plain_act, plain_flops, plain_g), (full_act, full_flops, full_g), (sac_act, sac_flops, sac_g) = sac_results.values()
-assert sac_flops == plain_flops and full_flops > 1.25 * plain_flops  # SAC recomputes no matrix product
+gelu_block.zero_grad()
+with set_checkpoint_early_stop(False):  # needed only around the forward pass
+    out = checkpoint(gelu_block, x_gelu, use_reentrant=False)
+with FlopCounterMode(display=False) as flops:
+    out.square().mean().backward()
+no_early_stop_flops = flops.get_total_flops()
+print(f"full checkpoint, early stop off: backward {no_early_stop_flops / 1e6:5.1f} MFLOP")
+one_product = 2 * 256 * 64 * 1024  # FLOPs of one forward matrix product of the block (fc1's or fc2's)
+assert plain_flops == 3 * one_product  # backward: two products for fc2 (its input's and weight's grads), one for fc1
+assert full_flops == plain_flops + one_product  # early stop: only fc1's product is recomputed
+assert no_early_stop_flops == plain_flops + 2 * one_product  # both products rerun
+assert sac_flops == plain_flops  # SAC recomputes no matrix product
 assert full_act < sac_act < 0.3 * plain_act  # memory: full < SAC, and SAC well below no checkpointing
 assert same_grads(plain_g, full_g) and same_grads(plain_g, sac_g)
 
 # %% [markdown]
 # Without checkpointing the block saves about five 256 × 1024 activations (the GELU's intermediate results); a full
-# checkpoint saves only the small input, but its backward recomputes both matrix products (a third more FLOPs
-# here: the forward's two products on top of the backward's three). SAC keeps one large activation, `fc1`'s output, and its backward costs exactly as many FLOPs as no
+# checkpoint saves only the small input, but its backward recomputes `fc1`'s product: a third more FLOPs (the
+# backward's own three products plus one). `fc2`'s product is not recomputed, because recomputation stops once the
+# last tensor the block saves exists (early stopping, section 1.3): `fc2` saves its input *before* running its
+# product, so that product is never needed again. With `set_checkpoint_early_stop(False)` both products rerun, for
+# two-thirds more (the last line of the output). SAC keeps one large activation, `fc1`'s output, and its backward costs exactly as many FLOPs as no
 # checkpointing: only the cheap element-wise GELU steps are recomputed. Same gradients in all three cases. This is
 # the trade large language model training makes (a typical policy saves the matrix products and attention outputs).
 # `torch.compile` can make a similar choice automatically (`torch._functorch.config.activation_memory_budget`), and
@@ -425,8 +451,9 @@ assert same_grads(plain_g, full_g) and same_grads(plain_g, sac_g)
 # refuses to use a saved tensor whose version changed. The refusals (a `sigmoid` output modified in place, an
 # in-place operation on a leaf) are shown in [notebook 03](03_dynamic_graphs_and_hooks.ipynb), §8.
 #
-# What does it save? Not what section 1 counted. ReLU saves its output either way, and the `Linear` before it saves
-# its own *input*, not its output; so the tensors autograd keeps for backward are the same with and without
+# What does it save? Not what section 1 counted. ReLU saves its output either way, and the `BatchNorm1d` before it
+# in the stack measured below (or a `Linear`, in a network without normalisation) saves its own *input*, not its
+# output; so the tensors autograd keeps for backward are the same with and without
 # `inplace=True` (the cell measures it). What in-place saves is one **transient** allocation: the pre-activation
 # tensor and the ReLU output share memory instead of both existing for a moment, which lowers the peak of the
 # forward pass, and in inference (`torch.no_grad()`, nothing saved) it halves the memory of that step. A common
@@ -582,7 +609,8 @@ else:
 # **static graph** (静态图) build the graph once and can then optimise it as a whole, for instance fuse a convolution
 # with the ReLU after it. `torch.compile` gives PyTorch the second without giving up the first.
 # `torch.compile(fn)` turns Python into graphs in three stages: **TorchDynamo** reads the function's bytecode as
-# it runs and captures the PyTorch operations into FX graphs; **AOTAutograd** traces each graph's backward ahead
+# it runs and captures the PyTorch operations into **FX graphs** (`torch.fx.Graph`: a list of nodes, one per
+# operation, each naming its function and its inputs, which Python code can read and rewrite); **AOTAutograd** traces each graph's backward ahead
 # of time, so the backward pass runs compiled code too; a **backend** turns the graphs into code. The default
 # backend, **Inductor**, generates fused kernels (C++/OpenMP on the CPU, Triton on GPUs); `backend="eager"` and
 # `backend="aot_eager"` stop after capture (and after AOTAutograd) and run the graphs with ordinary PyTorch
@@ -783,9 +811,13 @@ torch.testing.assert_close(out_compiled, out_eager, atol=1e-5, rtol=1e-5)
 # %% [markdown]
 # The compiled module wraps the original (`compiled._orig_mod` is `mlp`, sharing its parameters), and its outputs
 # equal eager mode up to float rounding (a fused kernel may round intermediate results differently). A new input
-# of the same shape reuses the compiled code. The fusion itself can be seen with the profiler (section 7): eager
-# mode dispatches one ATen operator per element-wise step of the hand-written GELU, the compiled call dispatches
-# none of them, only the two matrix products (`addmm`) around one generated loop.
+# of the same shape reuses the compiled code. The fusion itself can be seen with the profiler:
+# `with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:` records every operator called inside
+# the block as an event, and `prof.events()` lists them by name (section 7 teaches the profiler fully). Each ATen
+# operator call goes through PyTorch's **dispatcher** (分发器), the C++ layer that picks the kernel for the
+# tensors' device and dtype and records the operation for autograd. Eager mode dispatches one ATen operator per
+# element-wise step of the hand-written GELU; the compiled call dispatches none of them, only the two matrix
+# products (`addmm`) around one generated loop.
 
 # %%
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
@@ -894,8 +926,10 @@ assert refused
 #
 # This notebook compiles only with the default mode on the CPU; with max-autotune (or `freezing=True`) the matrix
 # products would no longer go to the same BLAS library as in eager mode (section 4.3). Two more recent features
-# are worth knowing by name: **compiled autograd** (`torch._dynamo.config.compiled_autograd = True`) captures
-# `loss.backward()` itself, removing the graph break of section 4.1, and **regional compilation** compiles one
+# are worth knowing by name: **compiled autograd** (`torch._dynamo.config.compiled_autograd = True`) compiles the
+# backward pass itself, hooks included, as one graph when it runs; `loss.backward()` inside a compiled function
+# still breaks the graph (section 4.1), so the usual pattern compiles the model or the loss and calls `backward()`
+# outside; and **regional compilation** compiles one
 # repeated block (`for layer in model.layers: layer.compile()`) instead of the whole model, so a 48-layer
 # transformer compiles one layer's code, not 48.
 
