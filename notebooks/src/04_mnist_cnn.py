@@ -175,7 +175,7 @@ except RuntimeError as err:
 # collate_fn      →  the list of samples → one batch          stack into tensors               (section 3)
 # ```
 #
-# A **map-style** dataset is any object with `__len__` (how many samples) and `__getitem__(i)` (sample `i`);
+# A **map-style** (映射式) dataset is any object with `__len__` (how many samples) and `__getitem__(i)` (sample `i`);
 # subclassing `torch.utils.data.Dataset` says so to the reader. (The other kind, an *iterable-style*
 # `IterableDataset`, yields its samples in its own order, for streams that cannot be indexed; this lesson does not
 # need one.) Here is a dataset over the MNIST pixels, which torchvision's object keeps in one `uint8` tensor: sample
@@ -811,15 +811,15 @@ else:
 # position. (Deep learning's "convolution" does not flip the kernel: it is a cross-correlation.) A few settings
 # decide the output size:
 #
-# * **kernel size** $k$; **stride** (步长) $s$, how far the kernel moves per step; **padding** $p$, zeros added
-#   around the border; **dilation** $d$, the spacing between the kernel's taps (1: adjacent pixels). For an input of
+# * **kernel size** $k$; **stride** (步长) $s$, how far the kernel moves per step; **padding** (填充) $p$, zeros added
+#   around the border; **dilation** (膨胀) $d$, the spacing between the kernel's taps (1: adjacent pixels). For an input of
 #   size $n$ the output has
 #   $$\left\lfloor \frac{n + 2p - d(k-1) - 1}{s} \right\rfloor + 1$$
 #   positions per side, which for $d = 1$ is $\lfloor (n + 2p - k)/s \rfloor + 1$ (a 3×3 kernel with stride 1 and no
 #   padding turns 28 into 26).
-# * **channels**: a `Conv2d(c_in, c_out, k)` has `c_out` kernels, each of shape `c_in × k × k`; each output channel
+# * **channels** (通道): a `Conv2d(c_in, c_out, k)` has `c_out` kernels, each of shape `c_in × k × k`; each output channel
 #   sums over all input channels. Its parameters are $c_{out} \cdot c_{in} \cdot k^2$ weights plus $c_{out}$ biases.
-# * **weight sharing**: the same kernel is used at every position, so the parameter count does not depend on the
+# * **weight sharing** (权重共享): the same kernel is used at every position, so the parameter count does not depend on the
 #   image size, and a pattern is detected wherever it appears.
 # * **pooling** (池化): `MaxPool2d(2)` keeps the largest value of each 2×2 block (kernel 2, stride 2: the same
 #   formula halves 26 to 13, rounding down 11 to 5).
@@ -1146,7 +1146,7 @@ assert ratio > 5
 
 # %% [markdown]
 # A short run shows both effects: the same `Net`, the same initial weights and the same 120 batches of 32 training
-# images, with and without the final softmax. The optimizer is SGD with **momentum** 0.9, as in the original
+# images, with and without the final softmax. The optimizer is SGD with **momentum** (动量) 0.9, as in the original
 # recipe, but with a larger learning rate (0.02 instead of 0.001). Momentum keeps a running sum of past gradients,
 # so that steps in a consistent direction build up speed (notebook 10 covers optimizers in full). The numbers vary
 # a little between machines, so the cell prints what it measured and asserts what holds everywhere.
@@ -1326,7 +1326,7 @@ assert torch.allclose(layers(batch[:1]), out_eval[:1])
 # The recipe:
 #
 # * **batch 128** from the tensors in memory: 430 steps per epoch over the 55,000 training images;
-# * **AdamW** with a **one-cycle schedule** (`OneCycleLR`): the learning rate warms up from 0.0008 to 0.02 over the
+# * **AdamW** with a **one-cycle schedule** (单周期学习率策略, `OneCycleLR`): the learning rate warms up from 0.0008 to 0.02 over the
 #   first 30 % of the steps, then anneals to almost zero; `scheduler.step()` runs after every batch. One-cycle also
 #   moves Adam's β1, the other way (its `cycle_momentum=True` by default): from 0.95 down to 0.85 while the rate
 #   rises, and back up to 0.95. It overwrites the β1 given to the optimizer, so the code passes
