@@ -1,20 +1,23 @@
-"""MNIST: the notes' training recipe against the course recipe of notebook 04, in one process.
+"""MNIST: the original training recipe against the course recipe of notebook 04, in one process.
 
 Run from the repository root (a few minutes; the numbers depend on the machine)::
 
     .venv/bin/python -m benchmarks.mnist_speed                      # default caps: 300 s and 120 s
     .venv/bin/python -m benchmarks.mnist_speed --notes-budget 60 --course-budget 60 --threads 2
 
-One thread by default, as in the notebook (on a busy machine, more threads than free cores is slower).
+One thread by default, as in the notebook's stored outputs (on a busy machine, more threads than free cores is
+slower).
 
-The two recipes, run one after the other with the same number of threads:
+Both models are notebook 04's own cells (``Net`` and ``course_model``), run by :mod:`tools.lesson_code`, so the
+benchmark measures the code the learner reads. The two recipes, run one after the other with the same number of
+threads:
 
-* **notes**: the notes' ``Net`` (softmax output fed to ``CrossEntropyLoss``), batch 4, SGD with
-  lr 0.001 and momentum 0.9, per-sample PIL transforms (``ToImage``/``ToDtype``/``Normalize(0.5, 0.5)``)
-  in a ``DataLoader`` with 2 worker processes, up to 3 epochs;
-* **course**: the lean CNN of notebook 04 (BatchNorm, logits, channels-last), batch 128 sliced from
-  tensors held in memory, fused AdamW (betas 0.9, 0.99) with a 1-epoch ``OneCycleLR`` up to lr 0.02,
-  label smoothing 0.1.
+* **notes** (the study notes' recipe): ``Net(softmax=True)`` (a softmax output fed to ``CrossEntropyLoss``),
+  batch 4, SGD with lr 0.001 and momentum 0.9, per-sample PIL transforms
+  (``ToImage``/``ToDtype``/``Normalize(0.5, 0.5)``) in a ``DataLoader`` with 2 worker processes, up to 3 epochs;
+* **course**: notebook 04's ``course_model()`` (BatchNorm, logits, channels-last), batch 128 sliced from tensors
+  held in memory, fused AdamW (betas 0.95, 0.99: one-cycle cycles β1 between 0.95 and 0.85) with a 1-epoch
+  ``OneCycleLR`` up to lr 0.02, label smoothing 0.1.
 
 Each recipe trains until its wall-clock budget or its epochs (3 for the notes, 1 for the course) are used up. Every
 ``--*-eval-every`` steps the clock is paused and the model is evaluated on the 10000 test images; the script prints
@@ -27,59 +30,20 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
+from tools.lesson_code import load
 from utils.data import MNIST_MEAN, MNIST_STD, load_mnist, mnist_tensors, tensor_loader
 
 TARGET = 0.98
 NOTES_EPOCHS, COURSE_EPOCHS = 3, 1
-
-
-class NotesNet(nn.Module):
-    """The notes' MNIST model, softmax output included."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.conv3 = nn.Conv2d(64, 64, 3, 1)
-        self.pool = nn.MaxPool2d(2, 2)
-        self.dense1 = nn.Linear(576, 64)
-        self.dense2 = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(F.relu(self.conv1(x)))
-        x = self.pool(F.relu(self.conv2(x)))
-        x = self.conv3(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.dense1(x))
-        return F.softmax(self.dense2(x), dim=1)
-
-
-def _conv_block(c_in: int, c_out: int, pool: bool = True) -> nn.Sequential:
-    layers: list[nn.Module] = [nn.Conv2d(c_in, c_out, 3, bias=False)] + ([nn.MaxPool2d(2)] if pool else [])
-    return nn.Sequential(*layers, nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
-
-
-def course_model() -> nn.Sequential:
-    """The lean CNN of notebook 04 (29 178 parameters, returns logits)."""
-    model = nn.Sequential(
-        OrderedDict(
-            block1=_conv_block(1, 16),
-            block2=_conv_block(16, 32),
-            block3=_conv_block(32, 64, pool=False),
-            flatten=nn.Flatten(),
-            head=nn.Linear(64 * 3 * 3, 10),
-        )
-    )
-    return model.to(memory_format=torch.channels_last)
+LESSON = "04_mnist_cnn"
+"""The notebook whose shared cells define the two models."""
 
 
 @torch.no_grad()
@@ -164,9 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         persistent_workers=True,
         generator=torch.Generator().manual_seed(0),
     )
-    model = NotesNet()
+    model = load(LESSON).Net(softmax=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
-    print(f"notes : NotesNet, batch 4, SGD lr 0.001 momentum 0.9, PIL transforms, 2 workers, {args.threads} threads")
+    print(
+        "notes : Net with a softmax output, batch 4, SGD lr 0.001 momentum 0.9, PIL transforms, 2 workers, "
+        f"{args.threads} threads"
+    )
     results["notes"] = run_recipe(
         "notes",
         model,
@@ -184,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     x, y = mnist_tensors(train=True)
     fast = tensor_loader(x, y, batch_size=128, shuffle=True, generator=torch.Generator().manual_seed(0))
-    model = course_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=0.02, betas=(0.9, 0.99), weight_decay=1e-4, fused=True)
+    model = load(LESSON).course_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.02, betas=(0.95, 0.99), weight_decay=1e-4, fused=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.02, total_steps=COURSE_EPOCHS * len(fast))
     print(
         f"course: lean CNN + BatchNorm, batch 128 from tensors, AdamW + OneCycleLR, label smoothing, "

@@ -14,8 +14,8 @@ from utils.exercises import Registry, expect, hint, returns, shape_answer
 
 EXERCISES = Registry("04")
 
-CONV = "10. The notes' models, layer by layer with forward hooks"
-SOFTMAX = "11. The notes' bug: `softmax` before `CrossEntropyLoss`"
+CONV = "10. Convolutions, layers and two classic MNIST models"
+SOFTMAX = "11. Softmax, cross-entropy, and a softmax too many"
 STEP = "12. The course model and one training step by hand"
 LOOP = "13. The training loop, written out"
 ACCUMULATE = "02 · 4. The graph is freed; gradients accumulate"
