@@ -318,7 +318,7 @@ def _run(fn, x_all, dataset, path, stop, seed, rng_seed):
         all(len(b) == BATCH for b in seen),
         f"every step should train on one batch of BATCH = {BATCH} samples, "
         f"got batches of {sorted({len(b) for b in seen})}",
-        "04 · 3. `DataLoader` arguments",
+        "04 · 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches",
     )
     return model, opt, start, seen
 
@@ -359,18 +359,18 @@ def resume_mid_epoch(fn):
                     "each epoch should visit every sample exactly once: "
                     "shuffle a permutation of the indices (`torch.randperm` or `DataLoader(shuffle=True)`), "
                     "do not draw indices at random",
-                    "04 · 4. Samplers",
+                    "04 · 4. The data pipeline, part 3: samplers choose the indices",
                 )
             expect(
                 epochs[0] != list(range(n)),
                 "the samples come in their stored order: shuffle them",
-                "04 · 3. `DataLoader` arguments",
+                "04 · 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches",
             )
             expect(
                 epochs[0] != epochs[1],
                 "every epoch sees the samples in the same order: shuffle anew each "
                 "epoch, with a generator seeded from the epoch number",
-                "04 · 3. `DataLoader` arguments",
+                "04 · 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches",
             )
 
             _, _, start, seen_crashed = _run(fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0)
