@@ -62,8 +62,9 @@ assert (PAD_token, SOS_token, EOS_token, MAX_LENGTH) == (0, 1, 2, 13)
 # The next cell imports the rest. From the course's `utils` package: `seed_everything(0)` seeds Python's, NumPy's
 # and PyTorch's random numbers so that a rerun draws the same ones (notebook 12 explains seeding), `get_device()`
 # picks the accelerator if there is one (notebook 01), `plot_curves` draws loss curves and `relpath` shortens a
-# path for printing. `tqdm` (a small progress-bar library) draws a bar under a cell while it trains. `sacrebleu`
-# computes BLEU (section 10).
+# path for printing; `is_shipped` tells whether a data file is one the course ships, with its digest in
+# `data/SHA256SUMS` (section 1). `tqdm` (a small progress-bar library) draws a bar under a cell while it trains.
+# `sacrebleu` computes BLEU (section 10).
 #
 # **One CPU thread.** PyTorch splits each operation over several CPU threads, by default one per core. The models
 # here are small — a training step is a few hundred operations on matrices of about 80 × 112 numbers — too little
@@ -376,7 +377,10 @@ assert padding_share(plain) > 0.3 and padding_share(bucketed) < 0.03
 # (隐藏状态)** than the sentence alone (shown below). `nn.utils.rnn.pack_padded_sequence` tells the GRU each sentence's
 # length, so it stops at the right step; `pad_packed_sequence` returns zero vectors for the padded positions. The
 # encoder is the tutorial's `EncoderRNN` (a word **embedding (词嵌入)** of size `hidden_size`, one GRU layer) with that
-# change, reading the whole batch in one call instead of one word per call:
+# change, reading the whole batch in one call instead of one word per call. Two layers are new here:
+# `nn.Embedding(V, H)` is a learnt table of `V` rows of `H` numbers, and indexing it with word indices gives each
+# word's vector; `nn.GRU(H, H, batch_first=True)` reads a `[B, S, H]` batch and returns its output at every step,
+# `[B, S, H]`, and its final hidden state, `[1, B, H]` (one layer).
 
 
 # %% tags=["shared"]
@@ -428,7 +432,8 @@ assert drift > 0.01
 # Here is the tutorial's `AttnDecoderRNN`, batched (one step for a whole batch; otherwise line for line the
 # tutorial's `forward`, plus the check on the source length explained below). The tutorial runs the encoder word by
 # word into a zero buffer of `max_length` rows, `encoder_outputs = torch.zeros(max_length, hidden_size)`; `F.pad`
-# builds the same buffer for a batch:
+# builds the same buffer for a batch: `F.pad(x, (0, 0, 0, n))` adds `n` zero rows at the end of dimension 1 of
+# `x [B, S, H]` (the amounts come in pairs, before and after, starting from the last dimension):
 
 
 # %% tags=["shared"]
@@ -532,6 +537,7 @@ assert refused  # check_source_length, not a silent crop
 # In all three the **context vector (上下文向量)** is $c_t = \sum_j \alpha_{tj} h_j$, and the next word is predicted from
 # $\tanh(W_c [s_t; c_t])$. Padded positions get weight exactly 0: their scores are set to $-\infty$ before the
 # softmax, a **masked softmax (掩码 softmax)** (the classic decoder of section 6 spreads weight past the end; here it cannot).
+# `scores.masked_fill(mask, value)` returns a copy of `scores` with `value` wherever `mask` is True.
 #
 # The decoder follows Luong et al.'s **global attention (全局注意力)** — attention over every source position — in its
 # simplest form: the GRU step comes first, then attention reads the source with the new state $s_t$. The classic
@@ -798,7 +804,8 @@ print(
 # The three models are trained one after the other with the same seed, so they see the same batches in the same
 # order and draw the same dropout masks. `step` is the function that makes one training step (`train_step` here;
 # section 14 passes another). A progress bar shows each model's training while it runs (about ten seconds each on
-# one CPU thread). `seconds()` is the clock for the timings: on the CPU it counts this process's CPU time
+# one CPU thread), with the time spent and an estimate of the time left, which the tutorial printed with its own
+# `timeSince` helper. `seconds()` is the clock for the timings: on the CPU it counts this process's CPU time
 # (`time.process_time`, which other programs on the machine do not inflate), on a GPU the wall time after waiting for
 # the GPU to finish (CUDA runs asynchronously, and the CPU time would only count the kernel launches).
 
@@ -1308,8 +1315,8 @@ assert min(per_category, key=lambda c: per_category[c]["content"]) == "verb+pron
 # probability `ratio`, as the classic tutorial did for each pair with `teacher_forcing_ratio = 0.5`; `ratio=0` is
 # pure free running, and `ratio=1` is teacher forcing again, one step at a time.
 #
-# What no gradient can do here: older code writes the fed-back word as `topi.squeeze().detach()` ("detach from
-# history"). The index of the largest logit is an integer tensor that `argmax` (like `topk`'s indices) returns
+# **What `.detach()` does here.** Older code writes the fed-back word as `topi.squeeze().detach()` ("detach from
+# history as input"). The index of the largest logit is an integer tensor that `argmax` (like `topk`'s indices) returns
 # outside the autograd graph, so that `.detach()` changes nothing. Gradients still flow from step to step through
 # the decoder's hidden state, but never through the *choice* of a word: picking the largest entry is not
 # differentiable. (Training through that choice takes other tools, such as reinforcement learning or a
@@ -1345,8 +1352,8 @@ assert train_step_free_running.__code__.co_argcount == 5
 
 # %% [markdown]
 # Two checks on a small untrained model (hidden size 16, no dropout), with a learning rate of 0 so that a step
-# changes nothing: with `ratio=1` the step-by-step loss is exactly `train_step`'s one-call loss, and the argmax
-# carries no gradient:
+# changes nothing: with `ratio=1` the step-by-step loss equals `train_step`'s one-call loss (up to rounding), and
+# the argmax carries no gradient:
 
 # %%
 seed_everything(0)
@@ -1628,6 +1635,11 @@ ex.check(3, clipped_counts)
 # * Batching, and a decoder whose GRU can run over the whole target at once, is what makes this trainable in a
 #   minute: one pair at a time trains more than ten times fewer pairs per second. These models are small enough
 #   that one CPU thread is a safe choice.
+#
+# **Going further.** Beam search keeps several candidate translations instead of the single greedy one; a
+# bidirectional encoder gives each source position both sides of its context (sharper alignments); subword units
+# (BPE) replace `<unk>` for words never seen whole; and the dot-product score of exercise 2, scaled and with several
+# heads, is the attention of Transformers (`F.scaled_dot_product_attention`, `nn.MultiheadAttention`).
 
 # %% [markdown]
 # ## For readers of the original notes (原笔记勘误)
