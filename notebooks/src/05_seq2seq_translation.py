@@ -63,7 +63,7 @@ assert (PAD_token, SOS_token, EOS_token, MAX_LENGTH) == (0, 1, 2, 13)
 # and PyTorch's random numbers so that a rerun draws the same ones (notebook 12 explains seeding), `get_device()`
 # picks the accelerator if there is one (notebook 01), `plot_curves` draws loss curves and `relpath` shortens a
 # path for printing; `is_shipped` tells whether a data file is one the course ships, with its digest in
-# `data/SHA256SUMS` (section 1). `tqdm` (a small progress-bar library) draws a bar under a cell while it trains.
+# `data/SHA256SUMS` (section 1). `tqdm` (a small progress-bar library) draws a text bar under a cell while it trains.
 # `sacrebleu` computes BLEU (section 10).
 #
 # **One CPU thread.** PyTorch splits each operation over several CPU threads, by default one per core. The models
@@ -76,9 +76,10 @@ assert (PAD_token, SOS_token, EOS_token, MAX_LENGTH) == (0, 1, 2, 13)
 
 # %%
 import re  # noqa: E402
+import sys  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 from tools import translation_corpus as tc  # noqa: E402
 from utils import get_device, plot_curves, relpath, seed_everything  # noqa: E402
@@ -886,7 +887,7 @@ def fit(model, epochs=EPOCHS, lr=LR, seed=0, step=train_step, desc="training"):
     rng = random.Random(seed)
     losses, norms = [], []
     start = seconds()
-    with tqdm(total=total_steps, desc=desc) as bar:
+    with tqdm(total=total_steps, desc=desc, file=sys.stdout) as bar:  # stdout: no red stderr box
         for _ in range(epochs):
             for b in make_batches(train, input_lang, output_lang, BATCH_SIZE, rng):
                 loss, norm = step(model, b.to(device), optimizer)
