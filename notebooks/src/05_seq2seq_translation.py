@@ -33,9 +33,9 @@
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
 # network (GRU) computes: a hidden state updated word by word. **Study time:** about 150 min for a first-time
 # learner: about 115 to read and run the fifteen sections, 35 for the exercises. Sections 1–10 are the core;
-# 11–15 measure what the models learnt and can wait for a second pass. The cells run in about a minute, most of it
-# training four small models. **On a GPU:** the same code trains on `cuda`, several times faster; the stored
-# outputs come from the CPU.
+# 11–15 measure what the models learnt and can wait for a second pass. The cells run in one to two minutes on a
+# laptop's CPU, most of it training four small models. **On a GPU:** the same code trains on `cuda`, several times
+# faster; the stored outputs come from the CPU.
 #
 # This course grew out of a teacher's study notes for PyTorch 1.x, which end with that tutorial. The lesson stands
 # on its own; if you know those notes, the closing section lists what they say that no longer holds.
