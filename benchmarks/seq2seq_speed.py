@@ -3,7 +3,7 @@
 Both loops train the same model (notebook 05's GRU encoder + decoder with content-based attention,
 same hidden size, same initial weights) on the same training split of ``data/eng-fra-course.txt``,
 one after the other in this process, each capped in wall-clock time. The model, ``train_step`` and
-``train_pair_notes_style`` are notebook 05's own cells, run by :mod:`tools.lesson_code`:
+``train_one_pair`` are notebook 05's own cells, run by :mod:`tools.lesson_code`:
 
 * **notes' loop** -- the notes' ``trainIters``/``train``: a random pair at a time, the encoder and the
   decoder run word by word, teacher forcing, SGD with learning rate 0.01;
@@ -63,7 +63,7 @@ def notes_loop(model, train, src_lang, tgt_lang, seconds: float, device: torch.d
         fr, en = rng.choice(train)
         src = torch.tensor(src_lang.encode(fr), device=device)
         tgt = torch.tensor(tgt_lang.encode(en), device=device)
-        loss = load("05_seq2seq_translation").train_pair_notes_style(model, src, tgt, optimizer)
+        loss = load("05_seq2seq_translation").train_one_pair(model, src, tgt, optimizer)
         pairs += 1
         log.append((pairs, clock.cpu(), clock.wall(), loss))
     return log

@@ -221,7 +221,7 @@ def test_notes_style_step_trains_one_pair():
     model = lesson.build_model("content", src, tgt, hidden_size=16, dropout_p=0.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     s, t = torch.tensor(src.encode(PAIRS[0][0])), torch.tensor(tgt.encode(PAIRS[0][1]))
-    losses = [lesson.train_pair_notes_style(model, s, t, opt) for _ in range(30)]
+    losses = [lesson.train_one_pair(model, s, t, opt) for _ in range(30)]
     assert losses[-1] < losses[0] / 2
 
 
@@ -324,7 +324,7 @@ def test_greedy_refuses_max_length_below_one():
 def test_location_attention_refuses_sources_longer_than_max_length():
     torch.manual_seed(0)
     long_source = torch.randn(1, lesson.MAX_LENGTH + 2, 8)  # 15 positions, 13 slots
-    decoder = lesson.NotesAttnDecoderRNN(8, 20).eval()
+    decoder = lesson.ClassicAttnDecoderRNN(8, 20).eval()
     message = r"15 source positions, but this location-based attention scores only max_length=13"
     with pytest.raises(ValueError, match=message):  # before: F.pad cropped the last two positions silently
         decoder(torch.tensor([SOS_token]), torch.zeros(1, 1, 8), long_source)
@@ -332,3 +332,23 @@ def test_location_attention_refuses_sources_longer_than_max_length():
         lesson.LocationAttention(8)(torch.randn(1, 2, 8), long_source, torch.ones(1, 15, dtype=torch.bool))
     # up to max_length positions still work
     assert decoder(torch.tensor([SOS_token]), torch.zeros(1, 1, 8), long_source[:, :13])[2].shape == (1, 13)
+
+
+def test_free_running_step_feeds_back_its_own_predictions():
+    src, tgt = build_langs(PAIRS)
+    torch.manual_seed(0)
+    model = lesson.build_model("content", src, tgt, hidden_size=8, dropout_p=0.0).eval()
+    batch = batch_tensors(PAIRS, src, tgt)
+    frozen = torch.optim.SGD(model.parameters(), lr=0.0)  # a step that changes nothing
+    forced, _ = lesson.train_step(model, batch, frozen)
+    # ratio 1: the true previous word at every step, so the same loss as the one-call teacher-forced pass
+    assert lesson.train_step_free_running(model, batch, frozen, ratio=1.0)[0] == pytest.approx(forced, rel=1e-5)
+    # ratio 0: its own (untrained) predictions, another loss; the step leaves the model in training mode
+    model.eval()
+    assert lesson.train_step_free_running(model, batch, frozen, ratio=0.0)[0] != pytest.approx(forced, rel=1e-3)
+    assert model.training
+    torch.manual_seed(0)
+    learner = lesson.build_model("content", src, tgt, hidden_size=24, dropout_p=0.0)
+    opt = torch.optim.Adam(learner.parameters(), lr=0.02)
+    losses = [lesson.train_step_free_running(learner, batch, opt)[0] for _ in range(60)]
+    assert losses[-1] < losses[0] / 5

@@ -14,13 +14,13 @@ from utils.seq2seq import PAD_token
 EXERCISES = Registry("05")
 
 PADDING = "5. Batches: padding and packing"
-NOTES_ATTENTION = "6. Attention: the notes' decoder scores positions, not the words at them"
+NOTES_ATTENTION = "6. The classic attention decoder scores positions, not the words at them"
 CONTEXT = "7. One decoder, three ways to choose the context"
 BLEU = "10. Evaluation: BLEU and exact match"
 REDUCTIONS = "01 · 3. Dimensions and shapes"
 
 
-@EXERCISES.exercise(1, "The notes' `???` line (predict)", NOTES_ATTENTION)
+@EXERCISES.exercise(1, "The `???` line (predict)", NOTES_ATTENTION)
 def notes_attention_shapes(answer):
     expect(
         isinstance(answer, (list, tuple)) and len(answer) == 3,
