@@ -43,6 +43,7 @@
 # tensor with a fixed number of decimals.
 
 # %%
+import sys
 import tempfile
 import time
 import warnings
@@ -51,7 +52,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from tqdm import tqdm  # a text progress bar (tqdm.auto would draw a widget)
 
 from utils import fmt, get_device, seed_everything
 
@@ -1108,7 +1109,7 @@ def train(use_amp: bool, steps: int = 200, batch: int = 256) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     start_wall, start_cpu = time.perf_counter(), time.process_time()
-    for step in tqdm(range(steps), desc="autocast" if use_amp else "float32"):
+    for step in tqdm(range(steps), desc="autocast" if use_amp else "float32", file=sys.stdout):
         idx = order[(step * batch) % len(x_all) :][:batch]
         xb, yb = x_all[idx], y_all[idx]
         with torch.amp.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
