@@ -937,7 +937,8 @@ assert bubble == 0.2
 # when you leave `bucket_cap_mb` at its default (a value you set applies to the first bucket too). The script
 # prints the eager DDP bucket sizes after the first and the second step, read with
 # `model.reducer._get_zeros_like_grad_buckets()`: a private method (the leading underscore), fine for looking
-# inside, not for code that must survive the next PyTorch release.
+# inside, not for code that must survive the next PyTorch release (the script checks that it is there and says what
+# to use instead if a release removes it).
 #
 # A compiled model breaks the overlap: `torch.compile` turns the forward into one graph, and AOTAutograd's
 # backward of it is one opaque autograd node that produces **all** gradients at once — no all-reduce could
@@ -1000,6 +1001,11 @@ def eager_bucket_bytes(bucket_cap_mb=None):
     """Sizes of an eager DDP model's gradient buckets after its first and its second backward."""
     kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
     model = DDP(Deep().to(info.device), **kwargs)
+    if not hasattr(model.reducer, "_get_zeros_like_grad_buckets"):  # private: it may move in a later release
+        raise RuntimeError(
+            f"PyTorch {torch.__version__} has no Reducer._get_zeros_like_grad_buckets, the private method this "
+            "lesson reads the buckets with: a DDP communication hook (bucket.buffer()) shows them too"
+        )
     sizes = []
     for _ in range(2):
         model(torch.randn(2, 512, device=info.device)).sum().backward()
