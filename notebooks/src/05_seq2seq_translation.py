@@ -393,9 +393,9 @@ assert padding_share(plain) > 0.3 and padding_share(bucketed) < 0.03
 #
 # PyTorch stacks the three input matrices $W_{ir}, W_{iz}, W_{in}$ into one `weight_ih` of `3H` rows (and likewise
 # `weight_hh` and the two biases), so one matrix product computes all three at once: an `nn.GRU(H, H)` has
-# $2 \times (3H \cdot H + 3H)$ parameters. `nn.GRUCell` computes one step; `nn.GRU` loops it over all steps
-# inside one call. The cell below computes a step by hand, then checks that looping a `GRUCell` with the same weights
-# gives what one `nn.GRU` call gives:
+# $2 \times (3H \cdot H + 3H)$ parameters. `nn.GRUCell` computes one step; `nn.GRU` computes the same step for
+# every position of a sequence inside one call (in optimised C++ code, not a Python loop). The cell below computes
+# a step by hand, then checks that looping a `GRUCell` with the same weights gives what one `nn.GRU` call gives:
 
 # %%
 torch.manual_seed(0)
