@@ -30,8 +30,8 @@
 #   do), BLEU against sentence length, attention heat maps, and the kinds of sentence each model fails on;
 # - practise in three self-checking exercises at the end.
 #
-# **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop) and what a recurrent
-# network (GRU) computes: a hidden state updated word by word. **Study time:** about 150 min for a first-time
+# **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop). Recurrent networks are
+# new here: section 5 shows what one GRU step computes, by hand and with PyTorch's `nn.GRU`. **Study time:** about 150 min for a first-time
 # learner: about 115 to read and run the fifteen sections, 35 for the exercises. Sections 1–10 are the core;
 # 11–15 measure what the models learnt and can wait for a second pass. The cells run in one to two minutes on a
 # laptop's CPU, most of it training four small models. **On a GPU:** the same code trains on `cuda`, several times
@@ -130,6 +130,9 @@ def she_sees_black_cats(tense_fr: str, tense_en: str, typ: dict, pronoun: bool =
     return fr.strip(), en.strip()
 
 
+# pyrealb's codes: .pe(3).g("f") third person feminine, .n("p") plural, .pro() the pronoun for that noun phrase;
+# tenses .t(): "p" present, "pc" passé composé (French), "ps" simple past (English), "f" future;
+# .typ(): {"neg": True} negative, {"int": "yon"} a yes-or-no question
 examples = [
     ("p", "p", {}, False),
     ("pc", "ps", {"neg": True}, False),
@@ -228,7 +231,8 @@ print(f"{len(tutorial_like)} pairs pass the tutorial's 'i am / he is / ...' filt
 assert len(pairs) == 24_000 and len(fra_words) >= 300 and len(eng_words) >= 300 and longest == 12
 
 # %% [markdown]
-# A few pairs of each kind (found by pattern in the corpus, so you can see these are not made up for the notebook):
+# A few pairs of each kind (found by pattern in the corpus, so you can see these are not made up for the notebook;
+# normalisation turns the apostrophe into a space, so *my teachers' sons* reads *my teachers sons*):
 
 # %%
 patterns = {
@@ -311,7 +315,8 @@ assert tc.is_held_out(("verb+pronoun", "voir")) and "je la vois ." not in train_
 # `<sos>`, `<eos>` and `<unk>` are a sentence's **start token** (起始标记) and **end token** (结束标记), and the token
 # of an **unknown word** (未知词).
 # Vocabularies are built from the **training** pairs only: a word that appears only in the test set is, honestly,
-# unknown.
+# unknown. Of the corpus's 1039 French word types (section 2), 4 occur only outside the training split, so the French
+# vocabulary holds 1035 words, plus the 4 special tokens: 1039 indices, by coincidence the same number.
 
 # %%
 input_lang, output_lang = build_langs(train, "fra", "eng")
@@ -374,13 +379,66 @@ print(f"{len(bucketed)} batches of 80: {padding_share(bucketed):.0%} with length
 assert padding_share(plain) > 0.3 and padding_share(bucketed) < 0.03
 
 # %% [markdown]
-# The encoder must not read the padding: a GRU that ran over two `<pad>` steps would end in a different **hidden state
-# (隐藏状态)** than the sentence alone (shown below). `nn.utils.rnn.pack_padded_sequence` tells the GRU each sentence's
+# **What a GRU computes.** A **recurrent network** (循环神经网络) reads a sequence one step at a time and carries a
+# **hidden state** (隐藏状态) $h$ from step to step: a vector of `H` numbers that summarises what it has read so far.
+# A **GRU** (gated recurrent unit, 门控循环单元) computes the new state from the input $x_t$ and the old state
+# $h_{t-1}$ with two gates, numbers between 0 and 1 made by a sigmoid $\sigma$:
+#
+# - the **reset gate** $r = \sigma(W_{ir} x_t + b_{ir} + W_{hr} h_{t-1} + b_{hr})$ decides how much of the old state
+#   enters the candidate;
+# - the **update gate** $z = \sigma(W_{iz} x_t + b_{iz} + W_{hz} h_{t-1} + b_{hz})$ decides how much of the old state
+#   to keep;
+# - the **candidate** $n = \tanh(W_{in} x_t + b_{in} + r \odot (W_{hn} h_{t-1} + b_{hn}))$ is the proposed new state;
+# - the **new state** is $h_t = (1 - z) \odot n + z \odot h_{t-1}$, a per-number mix of candidate and old state.
+#
+# PyTorch stacks the three input matrices $W_{ir}, W_{iz}, W_{in}$ into one `weight_ih` of `3H` rows (and likewise
+# `weight_hh` and the two biases), so one matrix product computes all three at once: an `nn.GRU(H, H)` has
+# $2 \times (3H \cdot H + 3H)$ parameters. `nn.GRUCell` computes one step; `nn.GRU` computes the same step for
+# every position of a sequence inside one call (in optimised C++ code, not a Python loop). The cell below computes
+# a step by hand, then checks that looping a `GRUCell` with the same weights gives what one `nn.GRU` call gives:
+
+# %%
+torch.manual_seed(0)
+H = 4
+gru = nn.GRU(H, H, batch_first=True)
+print({name: tuple(p.shape) for name, p in gru.named_parameters()})  # 3H = 12 rows: three gates stacked
+
+
+def gru_step(x_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """One GRU step by hand, with ``gru``'s weights: ``x_t [B, H]``, ``h [B, H]`` -> new state ``[B, H]``."""
+    i_r, i_z, i_n = (x_t @ gru.weight_ih_l0.T + gru.bias_ih_l0).chunk(3, dim=-1)  # rows in the order r, z, n
+    h_r, h_z, h_n = (h @ gru.weight_hh_l0.T + gru.bias_hh_l0).chunk(3, dim=-1)
+    r = torch.sigmoid(i_r + h_r)  # reset gate
+    z = torch.sigmoid(i_z + h_z)  # update gate
+    n = torch.tanh(i_n + r * h_n)  # candidate
+    return (1 - z) * n + z * h  # new hidden state
+
+
+cell = nn.GRUCell(H, H)
+with torch.no_grad():  # give the cell the GRU's weights
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        getattr(cell, name).copy_(getattr(gru, name + "_l0"))
+x = torch.randn(2, 5, H)  # 2 sequences of 5 steps
+with torch.no_grad():
+    outputs_gru, final_gru = gru(x)  # all 5 steps in one call
+    h_cell = h_hand = torch.zeros(2, H)  # the initial state is zero
+    for t in range(5):
+        h_cell, h_hand = cell(x[:, t], h_cell), gru_step(x[:, t], h_hand)
+torch.testing.assert_close(h_hand, h_cell)  # the formulas above are what GRUCell computes
+torch.testing.assert_close(h_cell, final_gru[0])  # looping GRUCell = one nn.GRU call
+torch.testing.assert_close(outputs_gru[:, -1], final_gru[0])  # the output at the last step is the final state
+print("outputs", tuple(outputs_gru.shape), "final state", tuple(final_gru.shape))
+print("by hand = GRUCell looped over 5 steps = nn.GRU in one call (within float rounding)")
+assert sum(p.numel() for p in gru.parameters()) == 2 * (3 * H * H + 3 * H)
+
+# %% [markdown]
+# The encoder must not read the padding: a GRU that ran over two `<pad>` steps would end in a different hidden state
+# than the sentence alone (shown below). `nn.utils.rnn.pack_padded_sequence` tells the GRU each sentence's
 # length, so it stops at the right step; `pad_packed_sequence` returns zero vectors for the padded positions. The
 # encoder is the tutorial's `EncoderRNN` (a word **embedding (词嵌入)** of size `hidden_size`, one GRU layer) with that
-# change, reading the whole batch in one call instead of one word per call. Two layers are new here:
+# change, reading the whole batch in one call instead of one word per call. Two layers are at work:
 # `nn.Embedding(V, H)` is a learnt table of `V` rows of `H` numbers, and indexing it with word indices gives each
-# word's vector; `nn.GRU(H, H, batch_first=True)` reads a `[B, S, H]` batch and returns its output at every step,
+# word's vector; `nn.GRU(H, H, batch_first=True)`, the layer above, reads a `[B, S, H]` batch and returns its output at every step,
 # `[B, S, H]`, and its final hidden state, `[1, B, H]` (one layer).
 
 
