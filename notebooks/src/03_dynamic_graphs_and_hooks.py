@@ -329,8 +329,10 @@ err = expect_error(lambda: torch.autograd.grad(y, x))  # now the saved x is gone
 # backward, autograd calls `pack(tensor)` and keeps whatever `pack` returns; whenever the tensor is needed again
 # (by `backward()`, or when you read `_saved_self`), it calls `unpack(kept)`, even after the `with` block has ended.
 # For the loss of section 2 the hooks see exactly one tensor, `y1 - y2 = -2`: the addition saves nothing, and the
-# multiplication `2 * x` saves its Python scalar `2`, but as a *wrapped number* (a 0-d tensor autograd makes from a
-# Python number), which saved-tensor hooks never see. A tensor constant, `x * torch.tensor(2.0)`, would be packed.
+# multiplication `2 * x` saves only its Python scalar `2`, which the hooks do not see. (*Optional detail:* Python runs
+# `2 * x` as `x.__rmul__(2)`, that is `torch.mul(x, 2)`, so `x` is the multiplication's `self` and the `2` its
+# `other`, kept as `_saved_other`; it is kept as a *wrapped number*, a 0-d tensor autograd makes from a Python
+# number, and saved-tensor hooks never see those. A tensor constant, `x * torch.tensor(2.0)`, would be packed.)
 # Returning something other than the tensor itself is how memory-saving tools work:
 # **offloading** moves the tensor to CPU memory in `pack` and back in `unpack`, and activation checkpointing keeps
 # nothing and recomputes it. Notebook 11 uses these hooks to measure how much a model saves.
@@ -517,11 +519,11 @@ assert not (a * a).requires_grad and (a * p).requires_grad
 #   It also works as a decorator, `@torch.no_grad()`, on a whole function.
 # - `with torch.inference_mode():` goes further: in **inference mode** (推理模式) every new tensor computed inside
 #   is an **inference tensor** (推理张量), which skips autograd's bookkeeping (it has no **version counter**
-#   (版本计数器), section 8); a view of a normal tensor stays normal. Later, outside the block, an inference tensor
-#   may still be an input of a recorded operation whose backward does not need to keep it (`t + p`: the gradient of
-#   a sum does not depend on `t`); an operation that must **save** it for backward (`t * p`, whose gradient for `p`
-#   is `t`) is refused at once, when the operation is recorded, not later at `backward()`. Clone it (`t.clone()`)
-#   to get a normal tensor, as the error message says.
+#   (版本计数器), section 8); a view of a normal tensor stays normal. *(Optional detail:)* Later, outside the block,
+#   an inference tensor may still be an input of a recorded operation whose backward does not need to keep it
+#   (`t + p`: the gradient of a sum does not depend on `t`); an operation that must **save** it for backward
+#   (`t * p`, whose gradient for `p` is `t`) is refused at once, when the operation is recorded, not later at
+#   `backward()`. Clone it (`t.clone()`) to get a normal tensor, as the error message says.
 # - `model.eval()` is **not** one of them: it switches layers such as dropout and batch norm to their evaluation
 #   behaviour, but the graph is still recorded.
 #
@@ -719,7 +721,8 @@ print("the message ends:", str(err).split("Hint: ")[1])
 # A common memory tip is to make every ReLU in place (`nn.ReLU(inplace=True)`, or `F.relu(x, inplace=True)`). What
 # it saves is a temporary: out of place, a ReLU's input and its result exist side by side for a moment, which
 # raises the peak memory. What backward keeps is the same either way, since the input is freed right after the
-# ReLU (the cell counts the bytes saved for backward with the hooks of section 3). It is safe exactly when the
+# ReLU (the cell counts the bytes saved for backward with the hooks of section 3: 48 bytes either way, the 2 × 3
+# float32 input `xb`, which the linear layer keeps for its weight's gradient, and the ReLU's 2 × 3 output). It is safe exactly when the
 # overwritten tensor is not needed for backward. ReLU's derivative can be read from its *output* (`output > 0`),
 # and a linear layer saves its *inputs*, not its output, so Linear → ReLU(inplace) is safe and gives the same
 # gradients. Sigmoid saves its output, so Sigmoid → ReLU(inplace) destroys what sigmoid needs. (Section 9.4 shows
@@ -1120,8 +1123,10 @@ assert reached == ["Linear", "Tanh", "Linear", "Sequential"]
 # Section 8 recommended in-place ReLUs where backward allows them, and this section recommends full backward hooks.
 # Together they fail. To call the hook with the gradients of a module's inputs and outputs, `__call__` passes them
 # through an identity Function, `BackwardHookFunction`, which returns each tensor as it is, that is, as a *view*
-# created inside a custom Function. Autograd forbids writing into such a view in place (its own backward would
-# replace the Function's). So an in-place layer that writes into the **input or output of a module with a full
+# created inside a custom Function. Autograd forbids writing into such a view in place. In plain words: an in-place
+# operation on a view normally rewrites the view's `grad_fn` so that backward replays the view and the operation;
+# here the view's `grad_fn` is the hook's Function, so the rewrite would drop it, and the hook would no longer receive
+# the right gradients. Autograd raises instead of computing wrong gradients. So an in-place layer that writes into the **input or output of a module with a full
 # backward hook** raises, already in the **forward** pass: below, `ReLU(inplace=True)` right after the hooked linear
 # layer. The same happens in exercise 3's setting if the model has in-place ReLUs, and with a *global* full backward
 # hook every module is wrapped, so every in-place ReLU fails.
@@ -1381,7 +1386,8 @@ assert {"aten::matmul", "aten::add"} <= set(ops)
 # `loss.grad_fn`, place each node one row below the deepest node that points to it, and draw an arrow along
 # each edge, in the direction gradients flow. `AccumulateGrad` boxes are labelled with the parameter they fill.
 # Things to notice: `AddmmBackward0` is the fused `x @ W.T + b` of `nn.Linear`, `TBackward0` the transpose of
-# `W`, and the two `None` inputs are the data `xb` and the target `yb`, which need no gradient.
+# `W`, and the two `None` inputs in the printout are the data `xb` and the target `yb`, which need no gradient (the
+# figure leaves them out: it draws only nodes).
 
 
 # %%
