@@ -570,7 +570,9 @@ assert torch_version >= (2, 10)
 # 64-bit integer in little-endian order (`<` little-endian, `Q` unsigned 64-bit; Python's `struct` module reads
 # binary formats). Then it ties weights in a tiny language model: `nn.Embedding(20, 8)` is a learnable table of
 # 20 vectors of 8 numbers, one per token id, looked up by index (notebook 05 uses it), and the output layer
-# reuses that table as its weight.
+# reuses that table as its weight. The header does not list the tensors in `state_dict` order: they are grouped by
+# dtype (the int64 counter `bn.num_batches_tracked` comes first), then sorted by name, the order of their bytes in
+# the file.
 
 # %%
 needs("small", run="the cell of section 2")
@@ -820,8 +822,8 @@ assert with_helper == after_save
 # cannot be opened to `fsync` it. Network and user-space file systems (NFS, SMB, FUSE mounts, cloud buckets) may
 # give none of these guarantees and may reject `fsync` on a folder.
 #
-# One detail is easy to miss. The obvious tool for step 1, `tempfile.mkstemp`, creates its file readable by its
-# owner only (mode `0o600`, `-rw-------`), and the rename keeps that mode, so the checkpoint becomes private: on
+# *(Optional detail, this paragraph.)* One detail is easy to miss. The obvious tool for step 1,
+# `tempfile.mkstemp`, creates its file readable by its owner only (mode `0o600`, `-rw-------`), and the rename keeps that mode, so the checkpoint becomes private: on
 # a shared machine your teammates' jobs cannot read it. `open()` and a plain `torch.save` instead create files
 # with mode `0o666` minus the **umask** (权限掩码), the process's mask of permission bits to remove: usually
 # `0o022`, which gives `-rw-r--r--`. So the function creates its temporary file itself, with `os.open(path,
@@ -829,7 +831,9 @@ assert with_helper == after_save
 # `O_EXCL` refuses a name that already exists (the name is random, so a clash only means trying again). Fixing
 # the mode afterwards with `os.chmod` would need the umask's value, and Python reads the umask only by setting
 # it (`os.umask(0)`, then back): for that moment, any other thread of the process creates files with no mask at
-# all. Below, `mock.patch.object(torch, "save", ...)` replaces `torch.save` inside its `with` block only, here
+# all.
+#
+# Below, `mock.patch.object(torch, "save", ...)` replaces `torch.save` inside its `with` block only, here
 # by a failure like a full disk.
 
 
@@ -1255,7 +1259,8 @@ else:  # Windows has no SIGKILL
 # that the writer is dead, and not a concurrent save still writing? A save holds a lock
 # (`fcntl.flock`) on its temporary file until the rename, and the kernel releases that lock when the
 # file is closed, which happens to every file of a process that dies, however it dies: a temporary file
-# that nobody locks is abandoned, a locked one (step 3 above) is left alone.
+# that nobody locks is abandoned, a locked one (above, `.checkpoint_00000003.pt.0a1b2c3d.tmp`, the save of step 3
+# that another process is still writing) is left alone.
 #
 # ## 7. Several models in one file, warm starts and renamed keys
 #
@@ -1621,7 +1626,7 @@ assert saved_keys == list(bare.state_dict()) and unwrap_model(torch.compile(nn.D
 # %% [markdown]
 # ### 8.4 Checkpoints from Python 2: `UnicodeDecodeError` and `encoding="latin1"`
 #
-# Python 2's `str` was a byte string; Python 3's unpickler must turn each one into text. Plain `pickle`
+# *(Optional detail: only for checkpoints written under Python 2.)* Python 2's `str` was a byte string; Python 3's unpickler must turn each one into text. Plain `pickle`
 # assumes ASCII, and fails with `UnicodeDecodeError: 'ascii' codec can't decode byte 0xc3` (the error that
 # older answers about Python 2 models quote). We can reproduce it with a two-byte Python-2-style pickle (the
 # UTF-8 bytes of "é" stored as an old byte string). `encoding="latin1"` maps each byte to one character
