@@ -109,8 +109,8 @@ print("device:", device.type, "| CPU threads:", torch.get_num_threads())
 # ## 1. A corpus that ships
 #
 # The classic tutorial reads Tatoeba's `eng-fra.txt`: one pair per line, *English TAB French*, of which it keeps the
-# pairs whose English side starts with "i am", "he is", "she is", "you are", "we are" or "they are" and has fewer
-# than 10 words (about 10,000 pairs). That file cannot be fetched while the course runs, so the course
+# pairs whose English side starts with "i am", "he is", "she is", "you are", "we are" or "they are" and whose two
+# sides both have fewer than 10 space-separated tokens, punctuation included (about 10,000 pairs). That file cannot be fetched while the course runs, so the course
 # **generates** a comparable corpus offline with [pyrealb](https://github.com/lapalme/pyrealb), a **text realiser**
 # (文本生成器): you describe a sentence abstractly (subject, verb, object, tense, negation, question) and it writes
 # correct French or English, with conjugation, agreement and word order. One abstract sentence, two languages:
@@ -358,7 +358,8 @@ print(torch.equal(by_hand, batch.src))
 assert torch.equal(by_hand, batch.src)
 
 # %% [markdown]
-# Padding is wasted work: the models below compute on every padded position too, only to throw the result away.
+# Padding is wasted work: the embeddings, the decoder and attention compute on every padded position, only to throw
+# the result away (the encoder's GRU, fed a packed batch, skips them).
 # `make_batches` therefore **buckets** sentences by length: it shuffles the pairs, sorts them by source length
 # inside chunks of 50 batches, cuts the chunks into batches and shuffles the batches. Each batch then holds
 # sentences of nearly the same length, and each epoch still sees them in a new order:
@@ -434,7 +435,9 @@ assert sum(p.numel() for p in gru.parameters()) == 2 * (3 * H * H + 3 * H)
 # %% [markdown]
 # The encoder must not read the padding: a GRU that ran over two `<pad>` steps would end in a different hidden state
 # than the sentence alone (shown below). `nn.utils.rnn.pack_padded_sequence` tells the GRU each sentence's
-# length, so it stops at the right step; `pad_packed_sequence` returns zero vectors for the padded positions. The
+# length, so it stops at the right step (`enforce_sorted=False`: the batch need not be sorted by length; it sorts
+# and unsorts for you); `pad_packed_sequence` returns zero vectors for the padded positions (`total_length`: padded
+# back to the batch's full width, so shapes match the input). The
 # encoder is the tutorial's `EncoderRNN` (a word **embedding (词嵌入)** of size `hidden_size`, one GRU layer) with that
 # change, reading the whole batch in one call instead of one word per call. Two layers are at work:
 # `nn.Embedding(V, H)` is a learnt table of `V` rows of `H` numbers, and indexing it with word indices gives each
@@ -794,8 +797,9 @@ torch.testing.assert_close(w @ enc_outputs, enc_hidden[0].unsqueeze(1).expand(-1
 # One training step, `train_step`:
 #
 # * **Loss with a padding mask.** The decoder outputs **logits** (未归一化的对数几率) and the loss is `F.cross_entropy`,
-#   which applies `log_softmax` and the negative log-likelihood in one numerically stable call (the tutorial's
-#   `LogSoftmax` + `NLLLoss` computes the same; checked below). `ignore_index=PAD_token` drops the padded target
+#   which applies `log_softmax` and the negative log-likelihood in one call (the tutorial's `LogSoftmax` + `NLLLoss`
+#   computes exactly the same, with the same numerical care; checked below): the model returns raw logits, which
+#   greedy decoding's `argmax` uses directly, and one call takes `ignore_index`. `ignore_index=PAD_token` drops the padded target
 #   positions, so the loss is the mean over *real* words.
 # * **Clipping.** Recurrent networks occasionally produce huge gradients; **gradient clipping** (梯度裁剪) guards
 #   against them: `clip_grad_norm_(…, 1.0)` rescales the whole gradient when its norm exceeds 1, and returns the norm
@@ -810,10 +814,10 @@ torch.testing.assert_close(w @ enc_outputs, enc_hidden[0].unsqueeze(1).expand(-1
 # * **Optimiser.** The classic tutorial uses two SGD optimisers (one for the encoder, one for the decoder) with
 #   learning rate 0.01 on single pairs. We use batches of 80 and one Adam over all parameters, whose per-parameter
 #   step sizes suit embeddings and recurrent networks, with a learning rate that decays linearly from 7e-3 to 1.4e-3
-#   (`LambdaLR` sets it to the initial rate times the function of the number of `schedule.step()` calls). On the CPU and CUDA we use Adam's
+#   (`LambdaLR` sets it to the initial rate times the function of the number of `schedule.step()` calls). On the CPU, CUDA and MPS we use Adam's
 #   fused form, `fused=True`: one call per step does all of Adam's arithmetic for each parameter tensor in one pass
-#   (a C++ loop over the tensors on the CPU, a few kernel launches on CUDA), instead of a dozen separate tensor
-#   operations per parameter. This notebook does not compare the two optimisers on batches; section 15 measures what
+#   (a C++ loop over the tensors on the CPU, a few kernel launches on CUDA), instead of the default implementation
+#   (separate tensor operations per parameter on the CPU, multi-tensor `foreach` kernels on CUDA). This notebook does not compare the two optimisers on batches; section 15 measures what
 #   batching buys in speed.
 
 
@@ -939,7 +943,7 @@ def seconds() -> float:
 def fit(model, epochs=EPOCHS, lr=LR, seed=0, step=train_step, desc="training"):
     torch.manual_seed(seed)  # the same dropout masks for every model
     model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=device.type in ("cpu", "cuda"))
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=device.type in ("cpu", "cuda", "mps"))
     total_steps = epochs * math.ceil(len(train) / BATCH_SIZE)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1 - 0.8 * i / total_steps)
     rng = random.Random(seed)
@@ -1563,7 +1567,7 @@ for fr, en in train[:64]:
     tgt = torch.tensor(output_lang.encode(en), device=device)
     train_one_pair(probe, src, tgt, sgd)
 one_by_one_rate = 64 / (seconds() - start)
-adam = torch.optim.Adam(probe.parameters(), lr=LR, fused=device.type in ("cpu", "cuda"))
+adam = torch.optim.Adam(probe.parameters(), lr=LR, fused=device.type in ("cpu", "cuda", "mps"))
 start = seconds()
 for b in make_batches(train[: BATCH_SIZE * 8], input_lang, output_lang, BATCH_SIZE, random.Random(0)):
     train_step(probe, b.to(device), adam)
@@ -1718,7 +1722,7 @@ ex.check(3, clipped_counts)
 # | One pair per step: the encoder called once per word on `[1, 1, 256]` tensors into a `zeros(max_length, hidden)` buffer | Batches with padding and `pack_padded_sequence`, the GRU over a whole batch in one call; more than ten times more pairs per second. The buffer raises `IndexError` for a source longer than `max_length` | §5 · Batches: padding and packing; §15 · Speed |
 # | "for one GRU cell, output == hidden" | For a one-layer, one-directional GRU the output at the last step is the final state; in a padded batch only when packed, and then at each sentence's last real word | §5 · Batches: padding and packing |
 # | `AttnDecoderRNN`'s weights `F.softmax(self.attn(torch.cat((embedded[0], hidden[0]), 1)))`, commented `??? # [1, 10]` | Location-based attention: `max_length` scores, one per source *position*, computed without reading the encoder outputs; some weight falls past the end of the sentence | §6 · The classic attention decoder scores positions |
-# | `nn.LogSoftmax` output with `nn.NLLLoss`; two SGD optimisers with learning rate 0.01 | `F.cross_entropy` on logits computes the same loss in one stable call, with `ignore_index` for padding; one Adam (fused) over all parameters, with gradient clipping | §8 · Training: masked loss, teacher forcing, clipping |
+# | `nn.LogSoftmax` output with `nn.NLLLoss`; two SGD optimisers with learning rate 0.01 | `F.cross_entropy` on logits computes the same loss in one call, with `ignore_index` for padding; one Adam (fused) over all parameters, with gradient clipping | §8 · Training: masked loss, teacher forcing, clipping |
 # | `use_teacher_forcing = True` (the tutorial they copy drew it per pair with `teacher_forcing_ratio = 0.5`) | A good choice, now measured: trained on its own predictions with the same budget, the model translates far worse. The tutorial's 2023 rewrite also always teacher-forces | §14 · Teacher forcing against training on its own predictions |
 # | Without teacher forcing: `decoder_input = topi.squeeze().detach()  # detach from history as input`, `break` at `<eos>`, then `loss.item() / target_length` | The argmax index has no gradient, so `.detach()` changes nothing: gradients flow through the hidden state, never through the choice of a word. Stopping at a predicted `<eos>` leaves the rest of the reference untrained, and dividing by the full length reports too low a loss; decode to the reference's length and average over real words | §14 · Teacher forcing against training on its own predictions |
 # | `showPlot` calls `plt.figure()`, then `plt.subplots()` | That opens two figures, the first empty; make one with `plt.subplots()` (the course's `plot_curves`) | §8 · Training: masked loss, teacher forcing, clipping |
