@@ -402,7 +402,7 @@ assert padding_share(plain) > 0.3 and padding_share(bucketed) < 0.03
 torch.manual_seed(0)
 H = 4
 gru = nn.GRU(H, H, batch_first=True)
-print({name: tuple(p.shape) for name, p in gru.named_parameters()})  # 3H = 12 rows: three gates stacked
+print({name: tuple(p.shape) for name, p in gru.named_parameters()})  # 3H = 12 rows: r, z and n stacked
 
 
 def gru_step(x_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
