@@ -365,3 +365,13 @@ def test_the_notes_are_named_at_most_twice_above_the_closing_section(tmp_path):
     src.write_text(src.read_text().replace("# Done.", "# Done, as the notes say."))
     sync(src)
     assert any("says 'the notes' 3 times above its closing section" in p for p in check(tmp_path / "99_demo.ipynb"))
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.name)
+def test_every_lesson_ends_with_its_errata_for_readers_of_the_notes(py):
+    """Each lesson teaches in its own voice; what the old notes got wrong is one closing table, after the summary
+    (where and how often "the notes" may appear above it, make check says)."""
+    nb = read_source(py)
+    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## ")]
+    assert headings[-1] == ERRATA_HEADING, f"{py.name}: the last section should be {ERRATA_HEADING!r}"
+    assert "| " in nb.cells[-1].source or any("| " in c.source for c in nb.cells[-3:]), "the errata are a table"

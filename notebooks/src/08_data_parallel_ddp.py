@@ -253,6 +253,10 @@ if torch.cuda.device_count() > 1:  # on a machine with 2 GPUs, the error itself
         print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
+# Four words of section 2, used from here on: the processes of a job are numbered by their *rank* (0, 1,
+# …); the *world size* is how many there are; a *broadcast* copies one process's tensor to all the others,
+# and an *all-reduce* sums (or averages) a tensor over all processes and leaves the result in each of them.
+#
 # **Why PyTorch recommends DDP instead, even on one machine:**
 #
 # * DataParallel is *one process with one thread per GPU*: the Python parts of every replica's forward pass
@@ -267,13 +271,13 @@ if torch.cuda.device_count() > 1:  # on a machine with 2 GPUs, the error itself
 # share of the data. Three things travel between the processes, and section 3 shows each of them:
 #
 # * **parameters, once**: DDP's constructor broadcasts rank 0's parameters *and buffers* to every rank, so all
-#   copies start equal;
+#   copies start equal (unless you pass `init_sync=False`, which turns every collective of the constructor off);
 # * **buffers, before every forward** (by default, `forward_sync_buffers=True`): rank 0's buffers, such as
 #   BatchNorm's running mean and variance, overwrite everybody else's — "only gradients travel" is a common
 #   but wrong summary of DDP. (The argument was called `broadcast_buffers` until PyTorch 2.13, which deprecated
 #   it with a `FutureWarning`, shown in section 3. It is not a plain rename: `broadcast_buffers=False` also left
 #   the buffers out of the constructor's broadcast, while `forward_sync_buffers=False` only stops the
-#   per-forward one; the constructor always copies rank 0's.)
+#   per-forward one; the constructor copies rank 0's in both cases, unless `init_sync=False`.)
 # * **gradients, during every backward**: DDP packs the gradients into **buckets** (桶) and all-reduces each
 #   bucket, asynchronously, as soon as all its gradients are computed, while autograd keeps computing the
 #   gradients of earlier layers — communication overlaps with the backward pass. Each bucket is divided by the
@@ -282,8 +286,10 @@ if torch.cuda.device_count() > 1:  # on a machine with 2 GPUs, the error itself
 #   equal. How the buckets are formed changes after the first iteration. With the default
 #   `find_unused_parameters=False`, the **first** backward uses **one bucket holding every gradient** (no
 #   overlap yet: DDP does not know in which order the gradients will arrive). During it DDP records that order,
-#   and then **rebuilds** the buckets: up to `bucket_cap_mb` (25 MiB) each, the first one only 1 MiB so that
-#   communication starts early, filled in the order the gradients arrived (roughly the reverse of
+#   and then **rebuilds** the buckets: each is filled until it reaches `bucket_cap_mb` (25 MiB) — the gradient
+#   that crosses the cap stays in it, so a bucket may exceed the cap by up to one parameter — and the first one
+#   only until 1 MiB (when you leave `bucket_cap_mb` at its default), so that communication starts early; filled
+#   in the order the gradients arrived (roughly the reverse of
 #   `model.parameters()`: the last layer's gradients come first). Only with `find_unused_parameters=True` does
 #   DDP start, from the first iteration, with capped buckets in reverse `parameters()` order. Section 3 counts
 #   the buckets of both iterations.
@@ -510,7 +516,8 @@ assert set_by_torchrun == "1" and "Setting OMP_NUM_THREADS environment variable"
 # `nprocs` fresh Python interpreters and calls `fn(i, *args)` in each, with `i` = 0 .. nprocs − 1. A fresh
 # interpreter receives `fn` *pickled*, and Python pickles a function **by name** (module + function name); the
 # new process imports that module to find it. A function defined in a notebook cell lives in the kernel's
-# `__main__`, which a spawned process does not have, so it fails with `AttributeError: Can't get attribute
+# `__main__`, and a spawned process has a `__main__` of its own, a fresh one that never ran the notebook's cells, so it
+# fails with `AttributeError: Can't get attribute
 # 'worker' on <module '__main__' ...>`. The worker must live in a module: here one written by the next cell.
 # (In a script run with `python train.py` it works, because the child re-runs the script's top level under the
 # name `__mp_main__` — which is also why such scripts need `if __name__ == "__main__":`.)
@@ -1038,7 +1045,8 @@ for r in (0, 1):
 # and DDP raises an error at the next iteration; it costs a traversal of the autograd graph after every
 # forward. (The cheapest fix is often not to create layers that `forward` never uses: a layer built in
 # `__init__` "for later" is exactly such a parameter.) `static_graph=True` promises that the set of used parameters never changes, which lets DDP skip that
-# work after the first iteration (and allows activation checkpointing). The error, in this kernel with a process
+# work after the first iteration (and allows activation checkpointing: recomputing a block's activations during backward instead of storing
+# them, which notebook 11 teaches). The error, in this kernel with a process
 # group of one process (a `HashStore` instead of a rendezvous; collectives still run), for a model whose second
 # layer is never used:
 
@@ -1144,10 +1152,14 @@ assert len(logs["find_unused_parameters=True, bucket_cap_mb=1"][0]) > 1  # cappe
 # %% [markdown]
 # With the defaults, the first backward all-reduces **one** bucket holding all 1,050,624 gradients, only after
 # the whole backward has finished: no overlap. From the second backward on, the buckets follow the order in which
-# the gradients arrived — the last layer first (`3.bias`, then `3.weight`) — with a small first bucket (one layer
-# already exceeds its 1 MiB) and the rest in one bucket of up to 25 MiB; with `bucket_cap_mb=1`, one bucket per
-# layer. Only `find_unused_parameters=True` starts with capped buckets in the first iteration. A one-bucket first
+# the gradients arrived — the last layer first (`3.bias`, then `3.weight`) — with a small first bucket (cap 1 MiB, closed by the first layer to reach it:
+# 262,656 floats = 1,050,624 bytes, a little over 1 MiB) and the rest in one bucket (cap 25 MiB, never reached);
+# with `bucket_cap_mb=1`, one bucket per layer, each again just over 1 MiB. Only `find_unused_parameters=True` starts with capped buckets in the first iteration. A one-bucket first
 # iteration is why the first step of a DDP job is slower, and one reason to leave a step or two out of timings.
+# Those `find_unused_parameters=True` buckets were cut in `parameters()` order and are all-reduced last to first,
+# so they straddle layers (`2.bias .. 3.weight`: one layer's bias with the next layer's weight); and DDP never
+# rebuilds them, because with `find_unused_parameters=True` (and no `static_graph=True`) it does not trust the
+# arrival order of one backward.
 
 # %% [markdown]
 # **Proof (4): `DistributedSampler`.** It needs no processes to study: give it `num_replicas` and `rank`
@@ -1291,8 +1303,9 @@ assert not dist.is_initialized()
 # So each rank needs only three numbers per channel that *add up* across ranks: $\sum x_i$, $\sum x_i^2$ and the
 # count. Packed into one tensor they travel in **one** `all_reduce`, instead of one for the mean and a second
 # one for the variance. The backward pass needs two more global sums per channel, $\sum \partial L/\partial y$
-# and $\sum \partial L/\partial y \cdot \hat x$: one more `all_reduce` (PyTorch's CUDA implementation reduces
-# exactly these two). With $\hat x = (x-\mu)/\sqrt{\sigma^2+\epsilon}$ and $y=\gamma\hat x+\beta$:
+# and $\sum \partial L/\partial y \cdot \hat x$: one more `all_reduce` (PyTorch's CUDA implementation all-reduces
+# the same two sums, the second as $\sum \partial L/\partial y \cdot (x-\mu)$, i.e. without the
+# $1/\sqrt{\sigma^2+\epsilon}$ factor). With $\hat x = (x-\mu)/\sqrt{\sigma^2+\epsilon}$ and $y=\gamma\hat x+\beta$:
 #
 # $$\frac{\partial L}{\partial x_i} = \frac{\gamma}{m\sqrt{\sigma^2+\epsilon}}\Big(m\,\frac{\partial L}{\partial y_i}
 #   - \sum_j \frac{\partial L}{\partial y_j} - \hat x_i \sum_j \frac{\partial L}{\partial y_j}\hat x_j\Big).$$
@@ -1355,7 +1368,7 @@ class SyncBatchNormFunction(torch.autograd.Function):
         x_hat, weight, invstd = ctx.saved_tensors
         dims, shape, n = ctx.dims, ctx.shape, ctx.n
         c = x_hat.shape[1]
-        grad_bias = dy.sum(dims)  # this rank's share; DDP's all-reduce of parameter gradients adds the rest
+        grad_bias = dy.sum(dims)  # this rank's share; DDP's all-reduce averages it with the other ranks'
         grad_weight = (dy * x_hat).sum(dims)
         sums = all_reduce_counted(torch.cat([grad_bias, grad_weight]), "backward")  # ONE collective
         sum_dy, sum_dy_xhat = sums[:c].view(shape), sums[c:].view(shape)
@@ -1382,7 +1395,7 @@ class HandSyncBatchNorm(nn.Module):
             )
         y, mean, var, n = SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps)
         with torch.no_grad():  # running statistics of the global batch, unbiased variance like nn.BatchNorm
-            self.running_mean.lerp_(mean, self.momentum)
+            self.running_mean.lerp_(mean, self.momentum)  # lerp_(v, m): old <- (1 - m) * old + m * v
             self.running_var.lerp_(var * n / (n - 1), self.momentum)
             self.num_batches_tracked += 1
         return y
@@ -1406,12 +1419,13 @@ def make_inputs(world_size, per_rank=2, channels=3, length=5, seed=0):
 #
 # * **naive**: machine 0 receives the other three vectors (12 numbers), adds, and sends the sum back to each
 #   (12 numbers). Machine 0's traffic grows with the number of machines: it is the bottleneck.
-# * **ring all-reduce** (环形全归约): cut each vector into 4 chunks. In 3 *scatter-reduce* steps every machine sends one
+# * **ring all-reduce** (环形全归约): cut each vector into 4 chunks. In 3 *reduce-scatter* steps every machine sends one
 #   chunk to its right neighbour and adds the chunk arriving from its left; then each machine holds one complete
-#   sum. In 3 *all-gather* steps the complete chunks travel round the ring. Every machine sends 2·(N−1)·L/N
+#   sum. (A reduce-scatter is a collective of its own, `torch.distributed.reduce_scatter`: reduce, then leave
+#   each rank one piece of the result. `Tensor.scatter_reduce` is an unrelated indexing operation.) In 3 *all-gather* steps the complete chunks travel round the ring. Every machine sends 2·(N−1)·L/N
 #   numbers and receives as many: for large N about 2L each way, whatever N is.
 #
-# The next cell writes both. Each step of the ring, for rank `r` of `n`: in scatter-reduce step `t` it sends
+# The next cell writes both. Each step of the ring, for rank `r` of `n`: in reduce-scatter step `t` it sends
 # chunk `(r − t) mod n` and receives chunk `(r − t − 1) mod n`, which it *adds*; in all-gather step `t` it sends
 # chunk `(r + 1 − t) mod n` and receives chunk `(r − t) mod n`, which it *copies*. `exchange` is "send to the
 # right, receive from the left" at the same time; in the real program it is a non-blocking `isend` plus a `recv`
@@ -1449,7 +1463,7 @@ def chunk_slices(length, n):
 
 def ring_schedule(rank, n):
     """(phase, chunk sent to rank+1, chunk received from rank-1) for each of the 2(n-1) steps."""
-    steps = [("scatter-reduce", (rank - t) % n, (rank - t - 1) % n) for t in range(n - 1)]
+    steps = [("reduce-scatter", (rank - t) % n, (rank - t - 1) % n) for t in range(n - 1)]
     steps += [("all-gather", (rank + 1 - t) % n, (rank - t) % n) for t in range(n - 1)]
     return steps
 
@@ -1460,7 +1474,7 @@ def ring_all_reduce(t, rank, n, exchange, trace=None):
     for phase, send_i, recv_i in ring_schedule(rank, n):
         incoming = torch.empty_like(t[chunks[recv_i]])
         exchange(t[chunks[send_i]].clone(), incoming)
-        if phase == "scatter-reduce":
+        if phase == "reduce-scatter":
             t[chunks[recv_i]] += incoming
         else:
             t[chunks[recv_i]] = incoming
@@ -1500,7 +1514,7 @@ def simulate_ring(vectors):
             counts[r].sent_numbers += outgoing[r].numel()
             counts[r].recv_messages += 1
             counts[r].recv_numbers += incoming.numel()
-            if phase == "scatter-reduce":
+            if phase == "reduce-scatter":
                 data[r][chunks[recv_i]] += incoming
             else:
                 data[r][chunks[recv_i]] = incoming
@@ -1683,22 +1697,22 @@ if device.type == "cpu":
     assert on_cpu.startswith("ValueError:") and "expected input tensor to be on GPU" in on_cpu
 
 # %% [markdown]
-# **Proof (7): the ring.** The buffers after each step, next to the table of the scatter-reduce phase as it is
+# **Proof (7): the ring.** The buffers after each step, next to the table of the reduce-scatter phase as it is
 # usually drawn for this example (its machine 1 is rank 0): after step 3 each rank holds one finished chunk (rank 0: 32, rank 1: 36,
 # rank 2: 40, rank 3: 28), and the all-gather steps spread them.
 
 # %%
-TEXTBOOK_SCATTER_REDUCE = [  # the three scatter-reduce steps as usually tabulated, machines 1..4
+TEXTBOOK_REDUCE_SCATTER = [  # the three reduce-scatter steps as usually tabulated, machines 1..4
     [[1, 2, 3, 20], [6, 6, 7, 8], [9, 16, 11, 12], [13, 14, 26, 16]],
     [[1, 2, 29, 20], [6, 6, 7, 28], [15, 16, 11, 12], [13, 30, 26, 16]],
     [[1, 32, 29, 20], [6, 6, 36, 28], [15, 16, 11, 40], [28, 30, 26, 16]],
 ]
 for step in range(6):
-    phase = "scatter-reduce" if step < 3 else "all-gather    "
+    phase = "reduce-scatter" if step < 3 else "all-gather    "
     row = [[int(v) for v in hres[r]["trace"][step]] for r in range(4)]
     print(f"step {step + 1} {phase}: " + "  ".join(f"r{r}={row[r]}" for r in range(4)))
     if step < 3:
-        assert row == TEXTBOOK_SCATTER_REDUCE[step]
+        assert row == TEXTBOOK_REDUCE_SCATTER[step]
 assert all(r["ring"].tolist() == [28, 32, 36, 40] and torch.equal(r["naive"], r["expected"]) for r in hres.values())
 assert all(torch.allclose(r["ring_vec"], r["ref_vec"], atol=1e-6) for r in hres.values())  # uneven chunks too
 
@@ -1726,7 +1740,7 @@ assert sum(r["naive_count"]["sent_messages"] for r in hres.values()) == 2 * (4 -
 # Naive, machine 0 receives 12 and sends 12 (24 numbers through one machine) while
 # the others move 4 + 4; ring, every machine receives 6 and sends 6 (12). The arithmetic is spread the same way:
 # naive, machine 0 does all 12 additions while the others wait; ring, every machine does 3 additions (its
-# scatter-reduce steps) and 3 copies (its all-gather steps), at the same time. The ring pays in *messages*: every
+# reduce-scatter steps) and 3 copies (its all-gather steps), at the same time. The ring pays in *messages*: every
 # machine sends 2·(N−1) = 6 of them, 24 in all against the naive 6, in 2·(N−1) steps that run one after another,
 # so the fixed cost of a message (its latency) is paid 2·(N−1) times. For small tensors that latency dominates —
 # one reason NCCL also has tree algorithms (about 2·log₂N steps) and DDP packs gradients into buckets of about
@@ -2093,10 +2107,12 @@ ex.check(3, merge_bn_stats)
 #   `destroy_process_group()`. The process group's `timeout` (30 min for gloo, 10 min for NCCL) turns a missing
 #   peer into an error. `torchrun` sets `OMP_NUM_THREADS=1` for several workers per node, to avoid
 #   oversubscribing the cores; tune it yourself for CPU-heavy jobs.
-# * DDP broadcasts parameters and buffers once (constructor, whatever `forward_sync_buffers` says), **buffers
+# * DDP broadcasts parameters and buffers once (constructor, whatever `forward_sync_buffers` says, unless
+#   `init_sync=False`), **buffers
 #   before every forward** (`forward_sync_buffers=True`, the default), and all-reduces (全归约) gradients in
-#   buckets during backward, averaged: one bucket for everything in the first backward, then buckets of up to
-#   25 MiB in the order the gradients arrived. A parameter that gets no gradient needs
+#   buckets during backward, averaged: one bucket for everything in the first backward, then buckets filled
+#   until they reach `bucket_cap_mb` (25 MiB; one parameter may take a bucket past it) in the order the gradients
+#   arrived. A parameter that gets no gradient needs
 #   `find_unused_parameters=True`. With batch B on N processes it trains exactly like one process with batch
 #   N·B (proved above to 1e-6). `autocast` works inside DDP unchanged (the gradients stay float32).
 # * Gradient accumulation (梯度累加): put the forward *and* backward of all but the last micro-batch inside

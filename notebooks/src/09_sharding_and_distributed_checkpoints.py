@@ -23,7 +23,8 @@
 # from there); the last section lists what changed since, for readers of those notes.
 #
 # **You should know:** notebook 08 (`torchrun`, ranks, DDP, `DistributedSampler`, the ring all-reduce as
-# reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints).
+# reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints). Section 5 also uses `torch.compile`,
+# which notebook 11 teaches in full; the section introduces what it needs.
 #
 # **Study time:** about 100 min (20 of them for the exercises).
 # Almost all of its run time is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch,
@@ -351,8 +352,8 @@ assert [round(v / 1e9, 1) for v in paper.values()] == [120.0, 31.4, 16.6, 1.9]  
 
 # %% [markdown]
 # Activations are not in the table: they depend on the batch and are **not** sharded by ZeRO's data-parallel
-# stages (each rank computes on its own batch); activation checkpointing and smaller micro-batches deal with
-# them. (The paper's separate "ZeRO-R" partitions saved activations too, but only across *model*-parallel
+# stages (each rank computes on its own batch); activation checkpointing (recomputing a block's activations
+# during backward instead of storing them, notebook 11) and smaller micro-batches deal with them. (The paper's separate "ZeRO-R" partitions saved activations too, but only across *model*-parallel
 # ranks, which hold copies of the same activations; FSDP2 does not do this.) And a layer still has to fit in one
 # device when it is gathered: the largest unit sets the peak, which is why one wraps each transformer block in its
 # own `fully_shard`.
@@ -571,7 +572,8 @@ assert sorted(set(samples) - {i for v in dropped.values() for i in v}) == [8, 9]
 
 # %% [markdown]
 # With `shuffle=True` the repeated samples are different ones each epoch, but the bias is there all the same.
-# Libraries such as TorchMetrics do exactly this — sum states across ranks, then divide.
+# Libraries such as TorchMetrics do exactly this — sum states across ranks, then divide — which is unbiased
+# provided each sample is seen once: they cannot undo the padding of a `DistributedSampler`.
 
 # %% [markdown]
 # ## 4. Splitting the model: data, tensor and pipeline parallelism
@@ -680,10 +682,13 @@ assert len(ax.patches) == 4 * 2 * 2 + 4 * 2 * 2 - 2  # every slot outlined, all 
 # features (`Shard(0)` of the `(out, in)` matrix): each rank computes half of the hidden units. `RowwiseParallel`
 # on the second cuts its weight by input features (`Shard(1)`), so each rank multiplies its half of the hidden
 # units and produces a **partial sum** of the output; one all-reduce adds them. Both ranks get the same input and
-# the same output. The script checks both against unsplit models and counts the collectives.
+# the same output. (The script's last check builds a DTensor by hand: `DTensor.from_local(t, mesh, placements)`
+# declares the ordinary tensor `t` to be this rank's piece of a DTensor laid out as `placements`, without any
+# communication.) The script checks both against unsplit models and counts the collectives.
 #
 # **A two-stage pipeline.** `pipeline(module, mb_args=(one_micro_batch,), split_spec={"l2": SplitPoint.BEGINNING})`
-# traces the model (with `torch.export`) on one example micro-batch and cuts the graph before `l2`; rank r's
+# traces the model (with `torch.export`, which captures a model's forward as one whole graph of operations,
+# notebook 06) on one example micro-batch and cuts the graph before `l2`; rank r's
 # `pipe.build_stage(r, device)` keeps only the layers of stage r and knows its neighbours. A **schedule**
 # (调度) then drives the stages: `ScheduleGPipe(stage, n_microbatches=4, loss_fn=F.mse_loss)` cuts the batch into
 # 4 **micro-batches** (微批次), runs all forwards (each stage sends its activation to the next with point-to-point
@@ -930,14 +935,22 @@ assert bubble == 0.2
 # %% [markdown]
 # ## 5. `torch.compile` with DDP: graphs cut at bucket boundaries
 #
+# What this section needs of `torch.compile` (notebook 11 teaches it): Dynamo captures the Python forward as
+# a graph of tensor operations (a `torch.fx.GraphModule`; code it cannot capture causes a *graph break*, ending
+# one graph and starting the next), AOTAutograd derives the backward of each graph ahead of time, as one
+# autograd node, and a *backend* compiles each graph: it is called as `backend(gm, example_inputs)` and
+# returns the function to run; the default backend is Inductor, which generates kernels.
+# `torch._dynamo.reset()` forgets every compiled graph, so that the next call compiles afresh.
+#
 # DDP overlaps communication with backward: gradients are grouped into buckets, and as soon as the
 # autograd engine has produced every gradient of a **bucket** (桶), a hook starts its all-reduce while backward
 # continues. In PyTorch 2.14 the first backward runs with a single bucket; DDP then rebuilds the buckets in the
-# order the gradients arrived, with `bucket_cap_mb` (25 MiB by default) per bucket and a first bucket of 1 MiB
-# when you leave `bucket_cap_mb` at its default (a value you set applies to the first bucket too). The script
+# order the gradients arrived, each bucket filled until it reaches `bucket_cap_mb` (25 MiB by default) and the
+# first one until 1 MiB when you leave `bucket_cap_mb` at its default (a value you set applies to the first bucket too). The script
 # prints the eager DDP bucket sizes after the first and the second step, read with
 # `model.reducer._get_zeros_like_grad_buckets()`: a private method (the leading underscore), fine for looking
-# inside, not for code that must survive the next PyTorch release.
+# inside, not for code that must survive the next PyTorch release (the script checks that it is there and says what
+# to use instead if a release removes it).
 #
 # A compiled model breaks the overlap: `torch.compile` turns the forward into one graph, and AOTAutograd's
 # backward of it is one opaque autograd node that produces **all** gradients at once — no all-reduce could
@@ -1000,6 +1013,11 @@ def eager_bucket_bytes(bucket_cap_mb=None):
     """Sizes of an eager DDP model's gradient buckets after its first and its second backward."""
     kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
     model = DDP(Deep().to(info.device), **kwargs)
+    if not hasattr(model.reducer, "_get_zeros_like_grad_buckets"):  # private: it may move in a later release
+        raise RuntimeError(
+            f"PyTorch {torch.__version__} has no Reducer._get_zeros_like_grad_buckets, the private method this "
+            "lesson reads the buckets with: a DDP communication hook (bucket.buffer()) shows them too"
+        )
     sizes = []
     for _ in range(2):
         model(torch.randn(2, 512, device=info.device)).sum().backward()
@@ -1047,7 +1065,8 @@ for r in (0, 1):
 
 # %% [markdown]
 # Eager DDP first: one bucket of all 4 layers (4 × 1,050,624 bytes, weights and biases) in the first step; from
-# the second step on, the last layer alone in the 1 MiB first bucket (its gradients arrive first) and the other
+# the second step on, the last layer alone in the first bucket (cap 1 MiB; closed by the first layer to reach it,
+# at 1,050,624 bytes; its gradients arrive first) and the other
 # three together by default, or one layer per bucket with `bucket_cap_mb=1`. The compiled model is cut the same
 # way: one graph per bucket with DDPOptimizer, one graph for the whole model without it; the gradients are the same
 # either way (the all-reduce is still DDP's), only *when* communication may start differs. With the real
