@@ -1,4 +1,4 @@
-"""A short, stable printer for tensors. Used by notebooks 02, 03, 04, 06, 07 and 10.
+"""A short, stable printer for tensors. Used by notebooks 01, 02, 03, 04, 06, 07 and 10.
 
 ``print(tensor)`` is fine for small exact values, but floating-point results can differ in the
 last digits between machines (other CPUs, other BLAS kernels). Notebooks print computed floats
@@ -83,9 +83,9 @@ def show(value: Any, name: str | None = None, decimals: int = 4) -> None:
 def show_warning(fn: Callable[[], Any], category: type[Warning], match: str) -> Any:
     """Run ``fn()``, print the ``category`` warning it raises (name and first sentence), return its result.
 
-    For cells whose lesson is a warning (notebooks 03, 04 and 06): the learner reads the warning's text in the
-    output, and the call fails (``AssertionError``) if that warning is no longer raised. Inside the call
-    every warning is recorded, whatever the filters (``make test`` turns FutureWarnings into errors).
+    For cells whose lesson is a warning (notebooks 01, 02, 03, 04 and 06): the learner reads the warning's
+    text in the output, and the call fails (``AssertionError``) if that warning is no longer raised. Inside
+    the call every warning is recorded, whatever the filters (``make test`` turns FutureWarnings into errors).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -168,11 +168,12 @@ print(torch.tensor([-1.7, 1.7]).long())
 # %% [markdown]
 # The default float dtype is `float32`: it is what `torch.tensor(2.0)`, `zeros` and `rand` make.
 # `torch.set_default_dtype` changes it and `torch.set_default_device` the default device. Older code calls
-# `torch.set_default_tensor_type(torch.FloatTensor)` instead, which has been deprecated since PyTorch 2.1 and warns
-# (the cell catches the warning with Python's `warnings.catch_warnings(record=True)`, which collects warnings in
-# a list instead of printing them, and prints its first sentence). PyTorch prints many of its warnings only once
-# per session; `torch.set_warn_always(True)` makes it repeat them, so the cell shows the warning each time it runs
-# (it also helps when you hunt a warning in your own code).
+# `torch.set_default_tensor_type(torch.FloatTensor)` instead, which has been deprecated since PyTorch 2.1 and warns.
+# The cell shows the warning with the course's `show_warning(fn, category, match)` from `utils`: it runs `fn()`
+# inside Python's `warnings.catch_warnings(record=True)`, which collects warnings in a list instead of printing
+# them, checks that a `category` warning containing `match` was raised, and prints its first sentence. PyTorch
+# prints many of its warnings only once per session; `torch.set_warn_always(True)` makes it repeat them, so the
+# cell shows the warning each time it runs (it also helps when you hunt a warning in your own code).
 #
 # That line was usually there for speed, and rightly so: `float64` is much slower than `float32`. Its numbers are
 # twice as large, so a CPU's vector instructions process half as many per step and every transfer moves twice the
@@ -181,16 +182,11 @@ print(torch.tensor([-1.7, 1.7]).long())
 # depends on the machine, so your numbers will differ).
 
 # %%
-import warnings
+from utils import show_warning
 
 torch.set_warn_always(True)  # PyTorch shows this warning once per session; show it each time the cell runs
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")  # record every warning, whatever the filters say
-    torch.set_default_tensor_type(torch.FloatTensor)
+show_warning(lambda: torch.set_default_tensor_type(torch.FloatTensor), UserWarning, "set_default_tensor_type()")
 torch.set_warn_always(False)
-deprecation = [w for w in caught if "set_default_tensor_type() is deprecated" in str(w.message)]
-assert deprecation and deprecation[0].category is UserWarning
-print(f"{deprecation[0].category.__name__}: {str(deprecation[0].message).split('. ')[0]}.")
 print("default dtype:", torch.get_default_dtype())
 assert torch.get_default_dtype() == torch.float32
 
@@ -509,7 +505,9 @@ assert (m34[:, 1].storage_offset(), m34[:, 1].stride()) == (1, (4,))
 #
 # You will often read that a transpose "scrambles the storage", so that `view` fails afterwards, and that `reshape`
 # is shorthand for `.contiguous().view()`. Neither is true, and the truth is simpler. A transpose `t()` moves
-# nothing: it swaps the sizes *and* the strides. `m62 = m26.t()` has strides `(1, 6)`, so reading it row by row
+# nothing: it swaps the sizes *and* the strides. (`t()` is for matrices; `transpose(dim0, dim1)` swaps any two
+# dimensions of a tensor of any rank in the same way, also a view, and `permute` reorders all of them at once.)
+# `m62 = m26.t()` has strides `(1, 6)`, so reading it row by row
 # jumps around the storage: it is no longer a **contiguous tensor** (连续张量), one whose rows lie one after the
 # other in the storage. The figure shows both tensors over the one storage; each cell's colour is its position in
 # the storage.
@@ -534,6 +532,7 @@ print(
 )
 print("m62 read row by row:", m62.flatten().tolist())
 assert m62.stride() == (1, 6) and not m62.is_contiguous()
+assert torch.equal(m26.transpose(0, 1), m62) and m26.transpose(0, 1).stride() == m62.stride()
 assert all(m62[i, j] == base[i * 1 + j * 6] for i in range(6) for j in range(2))  # the rule the figure draws
 
 fig, axes = plt.subplots(1, 3, figsize=(9, 3.4), gridspec_kw={"width_ratios": [12, 6, 2.4]}, layout="constrained")
@@ -785,13 +784,9 @@ assert torch.allclose(chw, manual)
 assert np.array_equal(np.asarray(back), hwc)  # the round trip is lossless
 print("round trip tensor -> PIL -> numpy is exact:", np.array_equal(np.asarray(back), hwc))
 torch.set_warn_always(True)  # a once-per-session warning too (section 2)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    torch.from_numpy(np.asarray(pil))  # np.asarray: a read-only view of the image's pixels
+print("from_numpy(np.asarray(pil)):", end=" ")  # np.asarray: a read-only view of the image's pixels
+show_warning(lambda: torch.from_numpy(np.asarray(pil)), UserWarning, "not writable")
 torch.set_warn_always(False)
-read_only = [w for w in caught if "not writable" in str(w.message)]
-assert read_only and read_only[0].category is UserWarning
-print(f"from_numpy(np.asarray(pil)): {read_only[0].category.__name__}: {str(read_only[0].message).split(', and')[0]}.")
 
 # %% [markdown]
 # The manual way back, tensor → PIL, is `Image.fromarray((t * 255).clamp(0, 255).byte().permute(1, 2, 0).numpy())`.
