@@ -230,8 +230,9 @@ assert ds[15].tolist() == [-30, -30] and len(ds) == 10
 # %% [markdown]
 # ## 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches
 #
-# `DataLoader(dataset, batch_size=128)` takes 128 indices at a time from its sampler, reads `dataset[i]` for each,
-# and hands that **list of samples** to its `collate_fn`. The default, `default_collate`, stacks tensors along a new
+# `DataLoader(dataset, batch_size=128)` takes 128 indices at a time from its sampler, reads `dataset[i]` for each
+# (or, if the dataset defines `__getitems__`, passes it all 128 indices in one call: section 8.1), and hands that
+# **list of samples** to its `collate_fn`. The default, `default_collate`, stacks tensors along a new
 # first dimension, turns Python numbers and NumPy arrays into tensors, and keeps the structure of a sample: samples
 # that are `(image, label)` pairs make a batch that is an `(images, labels)` pair.
 #
@@ -245,6 +246,7 @@ batch_images, batch_labels = next(iter(loader))
 print(f"a batch: images {tuple(batch_images.shape)} {batch_images.dtype}, labels {tuple(batch_labels.shape)}")
 samples = next(iter(DataLoader(digits, batch_size=3, collate_fn=lambda samples: samples)))  # collate nothing
 print("what collate_fn receives:", type(samples).__name__, [(tuple(x.shape), y) for x, y in samples])
+# the sampler picks indices, the batch sampler groups them into lists: section 4
 print(f"the loader's sampler: {type(loader.sampler).__name__}, grouped by a {type(loader.batch_sampler).__name__}")
 for drop in (False, True):
     index_lists = list(DataLoader(digits, batch_size=128, drop_last=drop).batch_sampler)  # indices only: cheap
@@ -491,9 +493,11 @@ assert fresh.returncode != 0 and b"Can't get attribute 'MyDataset'" in fresh.std
 print("this kernel starts workers with:", torch.multiprocessing.get_start_method())
 
 # %% [markdown]
-# **Random numbers in the workers.** Each epoch, the loader draws a base seed (from its `generator` when it has
-# one, else from torch's global generator). Before it loads anything, worker `k` seeds three generators itself:
-# torch's and Python's `random` with `base_seed + k`, and NumPy's with a value made from both. So the workers draw
+# **Random numbers in the workers.** Each time an iterator is created (each epoch, unless `persistent_workers=True`:
+# then the workers are seeded once and their generators simply continue), the loader draws a base seed (from its
+# `generator` when it has one, else from torch's global generator). Before it loads anything, worker `k` seeds
+# three generators itself: torch's and Python's `random` with `base_seed + k`, and NumPy's with a value made from
+# both. So the workers draw
 # different numbers, and a seeded `generator` makes them repeat, whichever of the three libraries a random
 # augmentation uses. `WorkerTagged` (in `utils/data.py`) returns, for each index, the worker that loaded it and
 # one random draw from torch and one from NumPy in that worker. (The demos are tiny: starting processes costs
@@ -637,7 +641,7 @@ x_train, y_train = mnist_tensors(train=True, device=device)
 x_test, y_test = mnist_tensors(train=False, device=device)
 print("x_train", tuple(x_train.shape), x_train.dtype, x_train.device.type, f"| {x_train.nbytes / 2**20:.0f} MiB")
 assert torch.equal(x_train.cpu(), x_cpu) and torch.equal(y_train.cpu(), train_set.targets)
-# as_subclass(torch.Tensor): torchvision's Image type seen as a plain tensor
+# as_subclass(torch.Tensor): the same data (no copy) with torchvision's Image type dropped, as a plain tensor
 same = [torch.equal(x_train[i].cpu(), train_tf[i][0].as_subclass(torch.Tensor)) for i in (0, 1, 59999)]
 print("images 0, 1 and 59999 equal to the v2 pipeline's, bit for bit:", same)
 assert all(same)
@@ -647,8 +651,11 @@ assert all(same)
 # `TensorDataset(x, y)` is the built-in dataset over tensors: sample `i` is `(x[i], y[i])`, and since a tensor
 # accepts a list of indices, `dataset[[i, j, k]]` returns a whole batch in one indexing operation. So the sampler
 # is a `BatchSampler` that yields lists of indices, and `batch_size=None` turns the loader's own batching off: it
-# hands each list to the dataset as one "index" and collates nothing. (`tensor_loader()` in `utils/data.py` is
-# these lines; the rest of the notebook uses it.)
+# hands each list to the dataset as one "index" and does not stack: its collate function becomes `default_convert`,
+# which only turns NumPy arrays into tensors. (`tensor_loader()` in `utils/data.py` is these lines; the rest of the
+# notebook uses it.) The official hook for the same idea is a `__getitems__(indices)` method on the dataset: with
+# automatic batching the loader then passes it the whole list of indices in one call (`Subset` defines it, and
+# forwards the list to the dataset it wraps) and collates the list of samples it returns.
 
 # %%
 tensors = TensorDataset(x_train, y_train)
@@ -669,16 +676,30 @@ lx, ly = next(
 assert torch.equal(lx, fx) and torch.equal(ly, fy)
 
 
+# %% [markdown]
+# Now the two pipelines, timed batch by batch. Work on a GPU is **asynchronous** (异步): a call queues it and
+# returns at once, so before each clock reading `sync()` waits until the device has finished what was queued
+# (`torch.accelerator.synchronize()`, for CUDA or MPS; on the CPU every operation has finished when it returns).
+
+
 # %%
 # NBVAL_IGNORE_OUTPUT
+def sync():
+    """Wait until the device has finished all queued work (GPU work is asynchronous)."""
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+
+
 def samples_per_s(loader, n_batches):
     """Samples per second in the fastest of the loader's first `n_batches` batches: the batch least disturbed by
     other programs, so the figure shows what the pipeline itself costs."""
     times, sizes, batches = [], [], iter(loader)
     for _ in range(n_batches):
+        sync()
         start = time.perf_counter()
         xb, yb = next(batches)
         xb = xb.to(device, non_blocking=True)
+        sync()  # wait until the copy (and, on a GPU, the indexing) has really finished
         times.append(time.perf_counter() - start)
         sizes.append(len(yb))
     fastest = int(np.argmin(times))
@@ -872,7 +893,7 @@ plt.show()
 # %%
 x = torch.zeros(1, 1, 11, 11, requires_grad=True)
 two_layers = nn.Sequential(nn.Conv2d(1, 1, 3), nn.Conv2d(1, 1, 3))  # nn.Sequential: section 10.2
-for conv_layer in two_layers:
+for conv_layer in two_layers:  # nn.init: functions that fill a parameter in place
     nn.init.ones_(conv_layer.weight)  # all-ones kernels: no weight is zero by chance
 two_layers(x)[0, 0, 3, 3].backward()  # one value of the 7x7 output
 seen = x.grad[0, 0] != 0
@@ -1024,6 +1045,8 @@ print(
 
 def shape_report(model, x):
     """Print each named leaf module's output shape (via forward hooks) and the parameter count."""
+    # A forward hook is called as hook(module, inputs, output); name=name binds this loop's name now, since a plain
+    # lambda would read `name` only when called, after the loop has ended.
     handles = []
     for name, module in model.named_modules():
         if name and not list(module.children()):
@@ -1044,13 +1067,14 @@ def shape_report(model, x):
 
 
 random_data = torch.rand(100, 1, 28, 28)  # [N, C, H, W] = 100 grey 28x28 images
-net, cnn = Net().eval(), CNNnet().eval()
+net, cnn = Net().eval(), CNNnet().eval()  # eval mode: Dropout off (section 13)
 print("Net:")
 _, n_net = shape_report(net, random_data)
 print("CNNnet:")
 out, n_cnn = shape_report(cnn, random_data)
 assert out.shape == (100, 10) and (n_net, n_cnn) == (93_322, 1_199_882) and n_cnn / n_net > 12.8
 assert (net.dense1.in_features, cnn.fc1.in_features) == (predicted["Net flatten"], predicted["CNNnet flatten"])
+# _forward_hooks is a private attribute (the module's registered forward hooks), read here only to check
 assert not any(m._forward_hooks for m in [*net.modules(), *cnn.modules()]), "the hooks were removed"
 
 # %% [markdown]
@@ -1103,6 +1127,7 @@ losses = {
     "-log p[y] by hand": -torch.log(p[0, y[0]]).item(),
     "nll_loss(log_softmax(z), y)": F.nll_loss(F.log_softmax(z, dim=1), y).item(),
     "cross_entropy(z, y)": F.cross_entropy(z, y).item(),
+    # F.one_hot(y, 3): each class index as a row of 3 with a 1 at that index
     "cross_entropy(z, one-hot)": F.cross_entropy(z, F.one_hot(y, 3).float()).item(),  # probabilities as target
 }
 for name, value in losses.items():
@@ -1147,9 +1172,10 @@ assert ratio > 5
 # %% [markdown]
 # A short run shows both effects: the same `Net`, the same initial weights and the same 120 batches of 32 training
 # images, with and without the final softmax. The optimizer is SGD with **momentum** (动量) 0.9, as in the original
-# recipe, but with a larger learning rate (0.02 instead of 0.001). Momentum keeps a running sum of past gradients,
-# so that steps in a consistent direction build up speed (notebook 10 covers optimizers in full). The numbers vary
-# a little between machines, so the cell prints what it measured and asserts what holds everywhere.
+# recipe, but with a larger learning rate (0.02 instead of 0.001). Momentum keeps a decaying sum of past gradients,
+# b ← 0.9·b + g, and steps along it, so that steps in a consistent direction build up speed (notebook 10 covers
+# optimizers in full). The numbers vary a little between machines, so the cell prints what it measured and asserts
+# what holds everywhere.
 
 
 # %%
@@ -1211,7 +1237,8 @@ assert np.mean(losses_lg[-20:]) < 0.6 < floor and acc_lg > acc_sm + 0.1
 # * a single linear layer that returns **logits**: 29 178 parameters, a third of `Net`'s;
 # * the **channels-last** memory format (`model.to(memory_format=torch.channels_last)`): feature maps are stored as
 #   `[N, H, W, C]` in memory (the shape stays `[N, C, H, W]`), which many CPUs' vectorised convolution kernels
-#   prefer. Which layout is faster depends on the CPU and the library's kernels; section 13 measures both on yours.
+#   prefer (here a "kernel" is a compiled routine that computes one operation, not a convolution's weights).
+#   Which layout is faster depends on the CPU and the library's kernels; section 13 measures both on yours.
 #   The input has one channel, so it needs no conversion.
 #
 # It is written with `nn.Sequential`, given an `OrderedDict` so that the blocks have names, `nn.Flatten`, and
@@ -1220,7 +1247,7 @@ assert np.mean(losses_lg[-20:]) < 0.6 < floor and acc_lg > acc_sm + 0.1
 # %% tags=["shared"]
 from collections import OrderedDict
 
-import torch
+import torch  # imported again: this cell imports what it needs, so it can be copied and run on its own
 from torch import nn
 
 
@@ -1263,7 +1290,7 @@ print(f"pool then BatchNorm vs BatchNorm then pool: largest difference {gap:.1f}
 assert gap > 0.1  # BatchNorm and pooling do not commute
 torch.manual_seed(0)
 model = course_model().to(device)
-_, n_course = shape_report(model.eval(), x_train[:100])
+_, n_course = shape_report(model.eval(), x_train[:100])  # eval mode: BatchNorm's running statistics (section 13)
 model.train()
 loss_fn = nn.CrossEntropyLoss()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -1323,16 +1350,18 @@ assert torch.equal(layers[0].running_mean, running_mean)  # eval mode leaves the
 assert torch.allclose(layers(batch[:1]), out_eval[:1])
 
 # %% [markdown]
-# The recipe:
+# The recipe. Of its choices, the two that matter most are the optimizer, AdamW, and its one-cycle learning-rate
+# schedule; the others are refinements.
 #
 # * **batch 128** from the tensors in memory: 430 steps per epoch over the 55,000 training images;
 # * **AdamW** with a **one-cycle schedule** (单周期学习率策略, `OneCycleLR`): the learning rate warms up from 0.0008 to 0.02 over the
 #   first 30 % of the steps, then anneals to almost zero; `scheduler.step()` runs after every batch. One-cycle also
 #   moves Adam's β1, the other way (its `cycle_momentum=True` by default): from 0.95 down to 0.85 while the rate
-#   rises, and back up to 0.95. It overwrites the β1 given to the optimizer, so the code passes
-#   `betas=(0.95, 0.99)`, the β1 it starts from; `cycle_momentum=False` would keep a fixed β1. β2 = 0.99 instead of
-#   the default 0.999 shortens the memory of Adam's average of squared gradients from about 1/(1 − 0.999) = 1000
-#   steps to about 100, which suits a run of 430 steps. `weight_decay=1e-4` pulls every weight slightly towards 0
+#   rises, and back up to 0.95. It overwrites the β1 given to the optimizer, so the optimizer you configure is not
+#   quite the one that runs: the code passes `betas=(0.95, 0.99)` so that the β1 written there is the one the
+#   schedule starts from; `cycle_momentum=False` would keep a fixed β1. β2 = 0.99 instead of the default 0.999
+#   shortens the memory of Adam's average of squared gradients from about 1/(1 − 0.999) = 1000 steps to about 100,
+#   which suits a run of 430 steps. `weight_decay=1e-4` pulls every weight slightly towards 0
 #   (notebook 10 shows why BatchNorm's parameters and biases are often exempted);
 # * `fused=True` computes AdamW's whole update for a parameter tensor in one fused kernel, instead of a series of
 #   separate tensor operations: on the CPU one such kernel per parameter tensor, on CUDA a few kernels that each
@@ -1478,11 +1507,14 @@ print("images of that batch with NaN logits:", nan_images)
 assert nan_images == 1 and str(stopped).startswith("evaluation batch 1: the loss is nan; its input holds 1 NaN")
 
 # %% [markdown]
-# Now the run. `SummaryWriter` (TensorBoard, section 15) logs the metrics at each validation check. The cell prints a
-# line at each check; the numbers differ in the last digits between machines (and thread counts), so the cell
-# asserts what holds everywhere, and the cells after it print it. The stored outputs were made with one thread;
-# JupyterLab uses all your cores, and on an otherwise idle machine that trains faster. (When other programs keep the
-# cores busy, more threads than free cores can be much slower than one: `torch.set_num_threads(1)` is then the fix.)
+# Now the run. `SummaryWriter` (TensorBoard, section 15) logs the metrics at each validation check, against the
+# step number `scheduler.last_epoch`: despite its name, it counts the scheduler's `step()` calls, and ours is
+# stepped after every batch, so it counts training steps, not epochs. The cell prints a line at each check; the
+# numbers differ in the last digits between machines (and thread counts), so the cell asserts what holds
+# everywhere, and the cells after it print it. The stored outputs were made with one thread; by default PyTorch
+# uses one thread per core (`torch.get_num_threads()`), and on an otherwise idle machine that trains faster. (When
+# other programs keep the cores busy, more threads than free cores can be much slower than one:
+# `torch.set_num_threads(1)` is then the fix.)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1512,7 +1544,7 @@ for check in range(CHECKS):
     history["cpu_seconds"].append(time.process_time() - cpu_start)
     val_loss, val_acc = evaluate(model, val_loader)
     step_losses += losses
-    step = scheduler.last_epoch  # steps taken so far
+    step = scheduler.last_epoch  # steps taken so far (the scheduler steps every batch)
     for key, value in zip(
         ("step", "train_loss", "train_acc", "val_loss", "val_acc"), (step, train_loss, train_acc, val_loss, val_acc)
     ):
@@ -1654,6 +1686,7 @@ model.eval()
 with torch.no_grad():
     preds = torch.cat([model(xb).argmax(dim=1) for xb, _ in test_loader]).cpu()
 targets = y_test.cpu()
+# each (true, predicted) pair becomes one number 10*true + predicted, so one bincount counts all 100 pairs
 confusion = torch.bincount(targets * 10 + preds, minlength=100).view(10, 10)
 assert torch.equal(confusion.sum(1), torch.bincount(targets, minlength=10))  # rows: the true digits
 assert confusion.trace().item() == round(test_acc * 10000)
@@ -1894,7 +1927,7 @@ ex.check(3, accumulation_step)
 # | `pin_memory` copies tensors into "CUDA pinned memory" | pinned memory is page-locked *host* memory, which the GPU copies from directly | §9 · Where tensors live |
 # | `transforms.ToTensor()` and `Normalize((0.5), (0.5))` | v2: `ToImage()` + `ToDtype(torch.float32, scale=True)` (`v2.ToTensor` is deprecated); normalise with the data's mean and std, 0.1307 and 0.3081 (0.5/0.5 leaves the inputs at mean −0.74) | §6 · `transforms.v2` |
 # | `images, labels = dataiter.next()` | the iterator's `.next()` was removed in PyTorch 1.13: `next(dataiter)` | §7 · Looking at a batch |
-# | `super(Net, self).__init__()` | Python 3: `super().__init__()` | §10.3 · Two classic MNIST models |
+# | `super(Net, self).__init__()` | still works; Python 3's `super().__init__()` is shorter | §10.3 · Two classic MNIST models |
 # | `CNNnet` prints `x.shape` after every line of `forward` | a forward hook reports the shapes from outside and is removed afterwards | §10.3 · Two classic MNIST models |
 # | the comment after `dropout2` says the shape is `[100, 10]` | it is `[100, 128]` (the output of `fc1`) | §10.3 · Two classic MNIST models |
 # | `nn.Dropout2d(0.5)` on the flat `[N, 128]` output of `fc1` | `Dropout2d` zeroes channels of `[N, C, H, W]` maps and warns on 2-D input: use `nn.Dropout` | §10.3 · Two classic MNIST models |
