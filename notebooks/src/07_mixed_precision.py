@@ -22,7 +22,7 @@
 # the SGD and AdamW optimizers), custom autograd Functions and `torch.autograd.grad` (notebook 02), forward hooks
 # (notebook 03, for exercise 3) and saving a `state_dict` (notebook 06).
 #
-# **Study time:** about 120 min, 25 of them for the exercises at the end. On a laptop the cells run in well under a
+# **Study time:** about 150 min, 25 of them for the exercises at the end. On a laptop the cells run in well under a
 # minute; the longest one (section 5) shows a progress bar.
 #
 # **On a GPU.** The 16-bit type is bfloat16 where the GPU computes it natively (NVIDIA Ampere and newer) and
@@ -197,7 +197,10 @@ assert moved[3e-3][2] == 0 and moved[5e-3][2] == 2**-7  # half an ulp of bfloat1
 # stores bfloat16 weights with **stochastic rounding** (随机舍入): it rounds up or down at random, with the
 # probabilities that make the rounding right *on average*, so small updates survive in expectation. (The function
 # `stochastic_round` adds random bits below bfloat16's last bit, then cuts them off; `.view(torch.int32)`
-# reinterprets the bits of a float32 tensor as integers, without converting.)
+# reinterprets the bits of a float32 tensor as integers, without converting. The mask `& -(1 << 16)` has its low 16
+# bits zero, so it clears the 16 bits that bfloat16 drops: the value is rounded up exactly when the random noise
+# carries into the kept bits, which happens with a probability equal to the dropped fraction. The bit details are
+# not the point; the behaviour, right on average, is.)
 
 
 # %%
@@ -263,7 +266,8 @@ assert sum(sr[-50:]) / 50 < b16[-1] / 10  # stochastic rounding keeps learning f
 # stochastic rounding the bfloat16 weights get more than a hundred times lower than with ordinary rounding, until
 # their random jitter of about an ulp levels the loss off, still far above float32's. This is why mixed precision
 # keeps float32 master weights, and why the pure 16-bit setups that large-model training does use add stochastic
-# rounding, or keep a compensation term for what each rounding dropped (Kahan summation). A real pure-16-bit run also
+# rounding, or keep a compensation term for what each rounding dropped (Kahan summation: a second small tensor
+# holds the part of each update that the rounding lost, and adds it back at the next step). A real pure-16-bit run also
 # computes its gradients in 16 bits, which adds rounding noise on top.
 #
 # Before `torch.amp` existed, NVIDIA's Apex library offered four "optimisation levels", and you will still meet
@@ -522,6 +526,9 @@ assert results["Float32MatMul"].startswith("forward gives torch.float32")
 # %% [markdown]
 # ## 3. `torch.amp.GradScaler`, step by step
 #
+# This section uses float16 on purpose, on every device, even where the setup chose bfloat16 (which needs no
+# scaler): the scaler exists for float16's narrow range, so that is where its work can be seen.
+#
 # The standard AMP training step with float16 is
 #
 # ```python
@@ -540,7 +547,8 @@ assert results["Float32MatMul"].startswith("forward gives torch.float32")
 #
 # * `scaler.scale(y).backward()` is `(y * scale).backward()`: the gradients arrive multiplied by 65536;
 # * `scaler.unscale_(opt)` multiplies them in place by 1/scale (one fused call,
-#   `torch._amp_foreach_non_finite_check_and_unscale_`, which also records whether any is `inf`/`nan`); now they
+#   `torch._amp_foreach_non_finite_check_and_unscale_`, an internal function — the leading underscore marks it
+#   private; you never call it yourself — which also records whether any is `inf`/`nan`); now they
 #   can be inspected or clipped. Here `x` and `z` are clipped *separately* to norm 1, giving 1/√2 = 0.7071 each;
 #   clipped *together*, the four gradients share one norm, 2, and become 0.5 each;
 # * `scaler.step(opt)` calls `opt.step()` — unless an `inf`/`nan` was found — and `scaler.update()` adjusts the
@@ -684,7 +692,9 @@ assert torch.isfinite(w).all()
 # a network trains (the learning rate is 0: only the scale is watched). The scaled gradient overflows float16
 # exactly when scale × gradient > 65504. The scale starts far too high at 2²⁰, halves at each overflow, then
 # doubles every 10 clean steps (`growth_interval=10`) until the next overflow halves it again: a saw-tooth just
-# under the limit, at the cost of one skipped step per climb.
+# under the limit, at the cost of one skipped step per climb. The gaps between skips are 11 steps (10 clean steps,
+# then the doubled scale, the one that just overflowed, overflows again) or 21 (meanwhile the limit has risen past
+# the doubled scale, which survives 10 more steps; the next doubling overflows).
 
 # %%
 torch.manual_seed(0)
@@ -1051,6 +1061,9 @@ assert {name: get() for name, get in settings.items()} == defaults
 # %% [markdown]
 # What the rounding costs, emulated on this machine: round the inputs of a 256×256 matrix product to TF32's and
 # bfloat16's precision, multiply exactly (float64), and compare with the exact product of the original inputs.
+# `round_mantissa` does the rounding on the integer bits: it adds just under half of the dropped range (plus one
+# when the last kept bit is 1, so that ties go to the even neighbour), then clears the `23 - bits` dropped bits
+# with a mask. The bit details are not the point: the assert shows it rounds exactly as a real conversion does.
 
 
 # %%
@@ -1183,8 +1196,9 @@ assert gap < 0.1
 # * the parameters themselves are not counted: they exist whether or not a graph is kept.
 #
 # The batches are cloned first: a slice `x_all[:256]` is a view that shares — and would be charged — the storage
-# of all 4096 points. The same MLP is measured at three batch sizes; only the activations and inputs grow with
-# the batch.
+# of all 4096 points. The function `saved_tensor_bytes` below runs one forward pass of the model (with or without
+# autocast) inside such a hook and returns the bytes saved in each of these kinds. The same MLP is measured at
+# three batch sizes; only the activations and inputs grow with the batch.
 
 
 # %%
@@ -1287,9 +1301,11 @@ assert all(r["wall_ms"] > 0 and r["cpu_ms"] >= 0 for r in runs.values())
 assert device.type != "cuda" or all(r["peak_cuda_mib"] > 0 for r in runs.values())
 
 # %% [markdown]
-# **What AMP does not shrink: the gradients.** They stay float32 (asserted above), so the all-reduce with which
-# distributed data parallel training averages them across processes (notebook 08) still sends 4 bytes per
-# parameter under autocast. To halve that traffic, DDP takes a communication hook that compresses the gradients to
+# **What AMP does not shrink: the gradients.** They stay float32 (asserted above), so the **all-reduce** — the
+# collective operation that sums a tensor across processes and hands every process the result — with which
+# distributed data parallel training (DDP, `DistributedDataParallel`; notebook 08 teaches both) averages them
+# across processes still sends 4 bytes per parameter under autocast (as does FSDP, the sharded version of
+# notebook 09). To halve that traffic, DDP takes a communication hook that compresses the gradients to
 # 16 bits for the transfer (`bf16_compress_hook`, `fp16_compress_hook` in
 # `torch.distributed.algorithms.ddp_comm_hooks.default_hooks`). The AMP loop itself runs unchanged under DDP, one
 # `GradScaler` per process: DDP all-reduces the gradients during `backward()`, before `unscale_` looks at them,

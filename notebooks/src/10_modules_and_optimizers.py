@@ -24,7 +24,7 @@
 # ([notebook 03](03_dynamic_graphs_and_hooks.ipynb), §6), `backward(gradient)`
 # ([notebook 03](03_dynamic_graphs_and_hooks.ipynb), §7).
 #
-# **Study time:** about 120 min (30 of them for the exercises). The cells run in well under a minute.
+# **Study time:** about 150 min (30 of them for the exercises). The cells run in well under a minute.
 #
 # **On a GPU:** the cell of section 2.1 moves its layer to the GPU; everything else runs on the CPU on purpose
 # (the lesson is about bookkeeping and arithmetic, not speed). The stored outputs were made on the CPU.
@@ -524,8 +524,10 @@ assert torch.equal(Fixed().eval()(ones), ones) and not torch.equal(Buggy().eval(
 # `torch.var` and `torch.std` divide by n − 1 by default (`correction=1`). For the variance that gives the
 # **unbiased estimate** (无偏估计): its average over many samples is the true variance. The square root of an
 # unbiased variance is **not** an unbiased estimate of the standard deviation: the square root is concave, so on
-# average it comes out low (Jensen's inequality). For samples of 3 numbers from a standard normal distribution the
-# mean of `std()` is √(2/2)·Γ(3/2)/Γ(1) ≈ 0.886, not 1, as the cell measures. The older keyword for the
+# average it comes out low (Jensen's inequality). *(deeper: you can skip this on a first reading)* For samples of 3
+# numbers from a standard normal distribution the mean of `std()` is √(2/2)·Γ(3/2)/Γ(1) ≈ 0.886, not 1, as the cell
+# measures (Γ is the Gamma function, which extends the factorial, Γ(n) = (n − 1)!, to non-integers; `math.gamma`
+# computes it). The older keyword for the
 # correction, `unbiased=True`, names a property of the variance, not of the standard deviation.
 #
 # LayerNorm normalises with the **biased estimate** (有偏估计, divide by n). A hand-written LayerNorm that starts
@@ -882,7 +884,8 @@ for wd in (0.01, 0.1):
 # | `Adam`, `AdamW` | `step` (a 0-d float tensor: $t$), `exp_avg` ($m$), `exp_avg_sq` ($v$) |
 #
 # Adam's state is twice the size of the model; with the gradients, training with Adam holds four numbers per
-# parameter, which is what ZeRO and FSDP shard ([notebook 09](09_sharding_and_distributed_checkpoints.ipynb), §1).
+# parameter, which is what ZeRO and FSDP (sharded data parallelism: each process keeps only a slice of this state)
+# shard ([notebook 09](09_sharding_and_distributed_checkpoints.ipynb), §1).
 # `optimizer.state_dict()` saves both parts, with the parameters replaced by their positions 0, 1, 2, …, which is why
 # a checkpoint can only be loaded into an optimizer built over the same parameters in the same order
 # ([notebook 06](06_save_load_checkpoints.ipynb), §1 and §5).
@@ -919,7 +922,9 @@ assert set(state) == {"step", "exp_avg", "exp_avg_sq"} and numbers == 2 * n_para
 # refused. A learning-rate scheduler, taught in section 3, changes each group's `lr` at every call of
 # its `step()`; `LambdaLR` multiplies each group's initial rate by a function of the step count, and keeps one
 # function and one initial rate per group. A scheduler built before the new group does not know it. `LambdaLR` then
-# fails at its next `step()`; other schedulers, such as `StepLR`, keep running, but their `base_lrs` (the initial
+# fails at its next `step()` with `ValueError: zip() argument 2 is shorter than argument 1`: it pairs the optimizer's
+# groups (two now) with the new rates it computed (one per function it knows: one), and `zip(..., strict=True)`
+# refuses lists of different lengths. Other schedulers, such as `StepLR`, keep running, but their `base_lrs` (the initial
 # rates they keep, one per group) has no entry for the new group. Build schedulers after the last group is added.
 
 # %%
@@ -1017,7 +1022,7 @@ assert refused is not None and "more than one parameter group" in str(refused)
 # helps comes from particular models (ResNets, transformers), and some recipes decay everything with little
 # difference.
 #
-# A related fact is measured below. A weight that feeds a normalisation layer (a linear layer or convolution
+# *(deeper: you can skip this on a first reading)* A related fact is measured below. A weight that feeds a normalisation layer (a linear layer or convolution
 # followed by BatchNorm or LayerNorm) does not set the output's scale: multiplying it by 10 leaves the output
 # unchanged and divides its gradient by 10. Weight decay on such a weight cannot shrink what the network computes;
 # it shrinks the weight's norm, and a smaller norm makes the same learning rate take relatively larger steps, so
@@ -1090,9 +1095,13 @@ assert any(p is block[1].weight for p in g1)
 # %% [markdown]
 # ### 2.8 `optimizer.step(closure)`: L-BFGS
 #
-# Most optimizers take one step from the gradient already computed. `torch.optim.LBFGS`, a quasi-Newton method,
-# needs the loss and gradient at new points *during* its step: one `step()` runs up to `max_iter` inner iterations
-# (20 by default), and the optional line search (`line_search_fn="strong_wolfe"`) evaluates trial points too. So
+# *(deeper: you can skip this on a first reading)* Most optimizers take one step from the gradient already computed.
+# `torch.optim.LBFGS`, a **quasi-Newton** method (拟牛顿法: it estimates the curvature, the second derivatives, from
+# the last few gradients and steps toward the minimum of that estimate), needs the loss and gradient at new points
+# *during* its step: one `step()` runs up to `max_iter` inner iterations (20 by default), and the optional **line
+# search** (线搜索: trying several step lengths along the chosen direction and keeping one that lowers the loss
+# enough; `line_search_fn="strong_wolfe"` names the standard conditions, on the loss and on its slope, that the
+# kept length must meet) evaluates trial points too. So
 # `step` takes a **closure** (闭包) that clears the gradients, recomputes the loss, calls `backward()` and returns
 # the loss. On a least-squares problem L-BFGS reaches the exact solution in a few steps; `torch.linalg.lstsq`
 # computes that solution directly.
@@ -1534,7 +1543,7 @@ print(f"get_total_norm {total:.2f}, then clip_grads_with_norm_: the same gradien
 # 3. **BatchNorm.** It normalises each micro-batch with that micro-batch's mean and variance, so the forward pass
 #    itself differs; no weighting fixes it. Use a norm that does not mix samples (LayerNorm, GroupNorm), or accept
 #    the difference.
-# 4. **Losses that compare samples with each other**, such as **contrastive losses** (对比损失) with in-batch
+# 4. *(deeper: you can skip this on a first reading)* **Losses that compare samples with each other**, such as **contrastive losses** (对比损失) with in-batch
 #    negatives (CLIP, SimCLR): each sample is scored against the others in its batch, and a micro-batch has fewer
 #    others. No reweighting helps either. An exact fix is a two-pass trick ("gradient caching", Gao et al. 2021):
 #    compute every embedding without a graph, take the loss and its gradient with respect to the embeddings on the
@@ -1543,6 +1552,8 @@ print(f"get_total_norm {total:.2f}, then clip_grads_with_norm_: the same gradien
 #
 # The contrastive loss below scores every pair by the cosine of the angle between two embeddings: `F.normalize(z,
 # dim=1)` divides each row by its length, so the product of two normalised rows is their cosine similarity.
+# Dividing the cosines by 0.5 (the **temperature**, 温度) spreads them out, which sharpens the softmax that
+# `cross_entropy` takes over each row.
 #
 # The cell measures the largest gradient difference from the big batch for each case, without and with its fix.
 

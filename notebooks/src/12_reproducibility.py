@@ -76,7 +76,11 @@ print("torch", torch.__version__.split("+")[0], "| device:", device.type)
 #
 # `torch.manual_seed` seeds the CPU generator *and* the generator of every CUDA (and MPS) device: its source,
 # `torch/random.py`, calls `torch.cuda.manual_seed_all(seed)`. Older code often adds `torch.cuda.manual_seed(seed)`
-# and `torch.cuda.manual_seed_all(seed)`; they are harmless and redundant. The whole recipe:
+# and `torch.cuda.manual_seed_all(seed)`; they are harmless and redundant. Each generator's state can also be read
+# and set (`random.getstate()`, `np.random.get_state()`, `torch.get_rng_state()`) to store it in a checkpoint;
+# NumPy's state holds a NumPy array, which `torch.load(..., weights_only=True)` refuses, so it is stored converted
+# to tensors or lists, as [notebook 06](06_save_load_checkpoints.ipynb), §5 shows (Exercise 3 needs this). The whole
+# recipe:
 
 
 # %%
@@ -148,6 +152,9 @@ assert hash("torch") == before and same and other
 #
 # * `np.random.seed` and `torch.manual_seed` do **not** touch them, so the recipe above does not seed them;
 #   each must be created from the run's seed;
+# * the global torch generator is itself a `torch.Generator` (`torch.default_generator`), so a
+#   `torch.Generator().manual_seed(s)` produces exactly the stream that `torch.manual_seed(s)` starts: same seed,
+#   same numbers, whichever generator draws them;
 # * `np.random.default_rng()` without a seed takes fresh entropy from the operating system: a different stream in
 #   every run, whatever you seeded;
 # * for several independent streams from one seed (one per dataset, per worker, per experiment), NumPy's
@@ -167,12 +174,16 @@ print(
 torch.manual_seed(0)
 g = torch.Generator().manual_seed(1)
 own = torch.rand(3, generator=g)
+torch.manual_seed(1)
+same_stream = torch.equal(torch.rand(3), own)  # the global generator seeded with 1 gives g's numbers
+print("torch.manual_seed(1) and torch.Generator().manual_seed(1) give the same stream:", same_stream)
 torch.manual_seed(0)  # the global seed does not restart g
 print("torch.manual_seed(0) restarted a torch.Generator:", torch.equal(torch.rand(3, generator=g), own))
 streams = [np.random.default_rng(child) for child in np.random.SeedSequence(0).spawn(2)]
 print("SeedSequence(0).spawn(2): two different streams:", streams[0].random() != streams[1].random())
 assert np.array_equal(np.random.default_rng(0).random(3), from_rng)
 assert not np.array_equal(after_global_seed, from_rng) and not torch.equal(torch.rand(3, generator=g), own)
+assert same_stream
 
 # %% [markdown]
 # ### 1.3 DataLoader workers: `generator` and `worker_init_fn`
@@ -204,7 +215,10 @@ assert moved
 #
 # So the recipe is: give the loader `generator=torch.Generator().manual_seed(seed)`, and pass a
 # `worker_init_fn` for everything else the workers use. PyTorch's documentation suggests `seed_worker`, which the
-# course keeps in `utils/data.py` (a worker started with *spawn* must import it by name, notebook 04, §5):
+# course keeps in `utils/data.py` (a worker started with *spawn* must import it by name, notebook 04, §5).
+# The cell loads `WorkerTagged(4)`, a small dataset from the same module whose item `i` is a row of four integers:
+# the index `i`, the id of the worker that loaded it, and one random integer below 1000 drawn in that worker from
+# torch's global generator and one from NumPy's:
 
 # %%
 source = inspect.getsource(seed_worker)
@@ -458,7 +472,8 @@ assert one_thread != two_threads and abs(one_thread / two_threads - 1) < 1e-5
 # * the **device**: on a GPU, the same matrix product on the GPU and on the CPU.
 #
 # Which of these change the bits depends on your CPU, your libraries and the sizes, so this cell's output is not
-# the same on every machine. It asserts what holds everywhere: with the thread count fixed, each operation repeats
+# the same on every machine. (The output stored with this notebook came from a run pinned to one thread, so its
+# first line says 1; on your machine it shows the default, about one thread per core.) It asserts what holds everywhere: with the thread count fixed, each operation repeats
 # bit for bit, and every difference is a rounding difference, tiny next to the numbers involved (for the sum of
 # two million numbers: below a millionth of the sum of their absolute values).
 

@@ -19,6 +19,7 @@ EXERCISES = Registry("12")
 
 S_SEED = "1. One seed for every generator"
 S_PROOF = "3. Proof: two runs, identical parameters, and what breaks it"
+S_GENERATORS = "1.2 Generator objects: `np.random.default_rng` and `torch.Generator`"
 S_WORKERS = "1.3 DataLoader workers: `generator` and `worker_init_fn`"
 S_WEIGHTS_ONLY = "06 · 4. `torch.load` runs code: `weights_only=True`"
 S_CHECKPOINT = "06 · 5. A training checkpoint"
@@ -28,7 +29,7 @@ WHY = [
     (
         "(a) is identical: the default generator is a torch.Generator like any other, and a fresh one seeded with "
         "the same number produces the same stream",
-        S_SEED,
+        S_GENERATORS,
     ),
     (
         "(b) is identical: NumPy and Python's random have generators of their own; drawing from them does not move "
@@ -39,7 +40,7 @@ WHY = [
         "(c) differs: every `iter()` of a DataLoader draws one number from the loader's generator, or from the "
         "global one when it has none, as the base seed of its worker processes, even with num_workers=0 and no "
         "shuffling (`_BaseDataLoaderIter.__init__`); the later randn starts one draw further on",
-        S_PROOF,
+        S_WORKERS,
     ),
     (
         "(d) differs: the loader's generator moves on as it shuffles, so every epoch gets a new order; it is the "
