@@ -118,7 +118,7 @@ for _ in range(STEPS):
     grad_y_pred = 2.0 * (y_pred - y_np)  # backward pass, by hand
     grad_w2 = h_relu.T @ grad_y_pred
     grad_h = grad_y_pred @ w2.T
-    grad_h[h < 0] = 0  # ReLU passes the gradient only where its input was positive
+    grad_h[h <= 0] = 0  # ReLU passes the gradient only where its input was positive
     grad_w1 = x_np.T @ grad_h
     w1 -= LR * grad_w1  # gradient descent
     w2 -= LR * grad_w2
@@ -147,7 +147,7 @@ for _ in range(STEPS):
     grad_y_pred = 2.0 * (y_pred - yt)
     grad_w2 = h_relu.T @ grad_y_pred
     grad_h = grad_y_pred @ w2.T
-    grad_h[h < 0] = 0
+    grad_h[h <= 0] = 0
     w1 -= LR * (xt.T @ grad_h)
     w2 -= LR * grad_w2
 print("last loss, NumPy vs tensors:", round(curves["1 NumPy"][-1], 2), round(curves["2 tensors"][-1], 2))
@@ -1278,7 +1278,8 @@ assert torch.autograd.grad(*penalty_gradient(SquareOnce.apply))[0].item() == 2.5
 #
 # `forward` runs with autograd switched off, so every tensor it computes is a constant for autograd, with no path back
 # to the input. Saving the **input** (`Square`) or the **output** (`Exp`) is safe: during double backward autograd
-# reconnects them to the graph. Saving an **intermediate** result breaks the second derivative, without an error.
+# reconnects them to the graph (the end of this section shows it). Saving an **intermediate** result breaks the
+# second derivative, without an error.
 #
 # $\sinh x = (e^x - e^{-x})/2$ has derivative $\cosh x = (e^x + e^{-x})/2$, so it is tempting to compute $e^x$ and
 # $e^{-x}$ once in forward and save both. `SinhSavesIntermediates` does that. Its first derivative is right; its
@@ -1332,6 +1333,48 @@ for name, fn in (("saves intermediates", SinhSavesIntermediates.apply), ("return
     assert torch.allclose(d1, torch.sinh(2 * xs.detach()))
     expected_d2 = 2 * torch.cosh(xs.detach()) ** 2 if name.startswith("saves") else 2 * torch.cosh(2 * xs.detach())
     assert torch.allclose(d2, expected_d2) and passed == name.startswith("returns")
+
+# %% [markdown]
+# What does `backward` receive? The cell looks inside it, under `create_graph=True`. The saved input is `x` itself,
+# a leaf that requires grad; the saved output comes back connected to the graph, with the Function's own node as
+# its `grad_fn`, so `grad_output * result` is differentiable again. A saved intermediate comes back as it was made
+# in `forward`: no `grad_fn`, no `requires_grad`, a constant.
+
+
+# %%
+class SquarePeek(Square):
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        seen["saved input"] = x
+        return grad_out * 2 * x
+
+
+class ExpPeek(Exp):
+    @staticmethod
+    def backward(ctx, grad_output):
+        (result,) = ctx.saved_tensors
+        seen["saved output"] = result
+        return grad_output * result
+
+
+class SinhPeek(SinhSavesIntermediates):
+    @staticmethod
+    def backward(ctx, grad_out):
+        exp_x, exp_neg_x = ctx.saved_tensors
+        seen["saved intermediate"] = exp_x
+        return grad_out * (exp_x + exp_neg_x) / 2
+
+
+seen = {}
+x = torch.tensor([0.5], dtype=torch.float64, requires_grad=True)
+for fn in (SquarePeek, ExpPeek, SinhPeek):
+    torch.autograd.grad(fn.apply(x).sum(), x, create_graph=True)
+for what, t in seen.items():
+    print(f"{what:18}: grad_fn {type(t.grad_fn).__name__ if t.grad_fn else None}, requires_grad {t.requires_grad}")
+assert seen["saved input"] is x
+assert type(seen["saved output"].grad_fn).__name__ == "ExpPeekBackward"
+assert seen["saved intermediate"].grad_fn is None and not seen["saved intermediate"].requires_grad
 
 # %% [markdown]
 # ### A 2-D convolution as a Function *(deeper)*
