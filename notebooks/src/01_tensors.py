@@ -20,8 +20,8 @@
 #   move tensors to an accelerator (`torch.accelerator`);
 # - practise all of it in three self-checking exercises at the end.
 #
-# **You should know:** Python and a little NumPy. **Study time:** about 90 min: about 70 to read and run the
-# eleven sections, 15–20 for the exercises (less if you know NumPy well). The cells run in 10–20 s.
+# **You should know:** Python and a little NumPy. **Study time:** about 110 min: about 90 to read and run the
+# eleven sections, 15–20 for the exercises (less if you know NumPy well). The cells run in seconds.
 # **On a GPU:** the last section moves tensors to `cuda`; everything else is the same.
 #
 # This course grew out of a teacher's study notes written for PyTorch 1.x. The lesson stands on its own; if you

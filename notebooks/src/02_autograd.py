@@ -23,7 +23,7 @@
 # **Before this notebook.** Notebook 01: creating tensors, shapes, dtypes, broadcasting and matrix products. Calculus
 # at the level of the chain rule and partial derivatives.
 #
-# **Study time:** about 150 min for a first-time learner, 30 of them for the exercises (which build on sections 3, 4,
+# **Study time:** about 170 min for a first-time learner, 30 of them for the exercises (which build on sections 3, 4,
 # 6 and 7). The parts marked *(deeper)* can wait for a second reading. The slowest cells are the numerical gradient
 # check of the convolution and the three short training runs with a gradient penalty (1–2 s each).
 #

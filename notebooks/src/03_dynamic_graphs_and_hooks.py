@@ -28,7 +28,7 @@
 # vector-Jacobian product and a small network built from `nn.Linear`, `nn.Sequential` and an optimizer
 # (notebook 02).
 #
-# **Study time:** about 120 min (35 of them for the exercises).
+# **Study time:** about 150 min (35 of them for the exercises).
 #
 # **On a GPU.** The models and their inputs go to `get_device()`; every graph, hook and error below behaves the same
 # on CUDA (the graph nodes have the same names), only the numbers drawn from the random generator differ. The tiny

@@ -19,7 +19,7 @@
 # **Before this notebook.** Notebooks 01–04: tensors, autograd, `nn.Module`, and a training loop with an optimizer,
 # an LR scheduler and a `DataLoader` (notebook 04). Notebook 05 is not needed.
 #
-# **Study time:** about 120 min, 30 of them for the exercises at the end. The cells run in about a minute; most
+# **Study time:** about 150 min, 30 of them for the exercises at the end. The cells run in about a minute; most
 # of that goes to importing PyTorch's compiler stack (`torch.compile`, `torch.export`) and to a child Python
 # process that section 6 kills on purpose.
 #

@@ -22,7 +22,7 @@
 # the SGD and AdamW optimizers), custom autograd Functions and `torch.autograd.grad` (notebook 02), forward hooks
 # (notebook 03, for exercise 3) and saving a `state_dict` (notebook 06).
 #
-# **Study time:** about 150 min, 25 of them for the exercises at the end. On a laptop the cells run in well under a
+# **Study time:** about 160 min, 25 of them for the exercises at the end. On a laptop the cells run in well under a
 # minute; the longest one (section 5) shows a progress bar.
 #
 # **On a GPU.** The 16-bit type is bfloat16 where the GPU computes it natively (NVIDIA Ampere and newer) and

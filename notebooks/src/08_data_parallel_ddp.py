@@ -25,7 +25,7 @@
 # runs as real processes on the CPU. The lesson grew out of a teacher's study notes written for PyTorch 1.x; the
 # last section lists what has changed since for readers who know them.
 #
-# **Study time:** about 110 min (20 of them for the exercises).
+# **Study time:** about 180 min (20 of them for the exercises).
 # Almost all of its run time is starting processes: five launches start 21 processes (16 workers, the restart of
 # section 6 included, and 5 `torchrun` agents), and each one imports PyTorch (about 2 s of CPU each); the training itself takes
 # milliseconds.

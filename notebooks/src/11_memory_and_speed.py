@@ -25,7 +25,7 @@
 # §4; the in-place errors of autograd in [notebook 03](03_dynamic_graphs_and_hooks.ipynb), §8; worker processes
 # and samplers in [notebook 04](04_mnist_cnn.ipynb), §3–5.
 #
-# **Study time:** about 100 min (20 of them for the exercises). The first run on a machine spends about 15 s more than
+# **Study time:** about 130 min (20 of them for the exercises). The first run on a machine spends about 15 s more than
 # later runs while Inductor builds its C++ kernels (it keeps them on disk).
 #
 # **On a GPU:** activation memory is also measured with `torch.cuda.max_memory_allocated`, batches are pinned and

@@ -23,7 +23,7 @@
 # start, and why the code they run must live in a module (notebook 04, §5); saving a checkpoint and
 # `torch.load(..., weights_only=True)` (notebook 06) for Exercise 3. TF32 is explained in notebook 07, §4.
 #
-# **Study time:** about 60 min (20 of them for the exercises). Its cells run in seconds, apart from one that
+# **Study time:** about 80 min (20 of them for the exercises). Its cells run in seconds, apart from one that
 # starts a fresh Python with PyTorch (a few seconds).
 #
 # **On a GPU.** §1 replays the GPU's generator too; §2.1 checks, in a fresh process, that deterministic mode runs
