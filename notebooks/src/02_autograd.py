@@ -605,7 +605,7 @@ print("Jh @ u =", fmt(Jh @ u, 2))
 assert torch.allclose(Ju, Jh @ u) and torch.equal(h_value, h(v.detach()))
 
 # %% [markdown]
-# **Which mode is cheaper?** For $f: \mathbb R^n \to \mathbb R^m$ the full Jacobian takes $m$ reverse passes (one per
+# **Which mode is cheaper?** For a function $f$ of $n$ inputs with $m$ outputs the full Jacobian takes $m$ reverse passes (one per
 # row, with $w$ each unit vector in turn) or $n$ forward passes (one per column). A training loss has $m = 1$ output
 # and millions of parameters as inputs: one reverse pass gives the whole gradient, which is why `backward()` is what
 # training uses. Forward mode wins with few inputs and many outputs, for example the sensitivity of a whole curve to

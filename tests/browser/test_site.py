@@ -176,7 +176,9 @@ def test_every_page_loads_with_its_title_its_images_and_unbroken_links(site, pag
 @pytest.mark.parametrize("query", ["GradScaler", "损失缩放"])  # and in Chinese: loss scaling
 def test_searching_lists_the_mixed_precision_lesson_first(site, page, query):
     page.goto(f"{site}/index.html")
-    page.locator("input.md-search__input").fill(query)  # as typed into the search box at the top
+    box = page.locator("input.md-search__input")
+    box.fill(query)  # as typed into the search box at the top (an IME commits Chinese text the same way) ...
+    box.press("End")  # ... then a key: Material searches on key events, which fill() alone does not send
     results = page.locator(".md-search-result__item > a")
     results.first.wait_for()
     hrefs = [a.get_attribute("href") for a in results.all()]
