@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
+import linecache
 import os
 import re
 import subprocess
@@ -106,7 +108,7 @@ def run_sources(sources: list[str], namespace: dict | None = None) -> str:
                 previous_cell_failed(None)
                 continue
             try:
-                exec(compile(_strip_magics(source), "<cell>", "exec"), namespace)
+                exec(_compile_cell(source), namespace)
                 error = None
             except NameError as exc:
                 name = getattr(exc, "name", None)
@@ -123,6 +125,18 @@ def run_sources(sources: list[str], namespace: dict | None = None) -> str:
                 stub_failed(stub, error)
             previous_cell_failed(error, is_check=check is not None)
     return out.getvalue()
+
+
+_cells = itertools.count(1)
+
+
+def _compile_cell(source: str):
+    """Compile a cell as IPython does: under a file name of its own whose lines ``linecache`` holds, so that
+    ``inspect.getsource`` finds the learner's functions (the checks of :mod:`utils.exercises.rules` read them)."""
+    code = _strip_magics(source) + "\n"
+    name = f"<cell-{next(_cells)}>"
+    linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+    return compile(code, name, "exec")
 
 
 def _strip_magics(source: str) -> str:
