@@ -14,7 +14,7 @@ JOBS ?=
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS))
 NB ?=
 
-.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-browser site progress execute sync check clean distclean
+.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-opened-alone test-browser site progress execute sync check clean distclean
 help:
 	@echo "make lab       create/refresh .venv and open JupyterLab on the lessons' start page"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
@@ -24,6 +24,7 @@ help:
 	@echo "make test-portable  re-run every notebook under other numeric configurations (outputs compared)"
 	@echo "make test-lax  asserts only, on the best device (ARM laptops, CUDA, MPS); test-gpu is the same"
 	@echo "make test-learner  run every notebook as a learner does: all cores, warnings shown, no comparison"
+	@echo "make test-opened-alone  every lesson opened alone in a venv without the course (make test does 01, 04, 08)"
 	@echo "make site      build the course's website into build/site/ (offline, from the stored outputs)"
 	@echo "make test-browser  make site, then JupyterLab, an exercise and the website in headless Chromium (installs it if missing)"
 	@echo "make progress  which exercises pass, per notebook (NB=01 for one notebook)"
@@ -69,6 +70,11 @@ test-lax:
 	TORCH_COURSE_GPU=1 $(COURSE) test --jobs 1 -- --nbval-lax notebooks
 
 test-gpu: test-lax
+
+# Each lesson copied alone into an empty folder and run by a venv without the course: its setup cell fetches
+# the course from a local clone (tests/test_opened_alone.py); make test runs three of them.
+test-opened-alone:
+	TORCH_COURSE_OPENED_ALONE=all $(COURSE) test --jobs 1 tests/test_opened_alone.py
 
 test-learner: venv
 	$(PY) -m tools.notebooks learner $(NB)
