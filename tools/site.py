@@ -298,7 +298,7 @@ def run_locally_page(readme: str) -> str:
     return f"""# Run the course yourself
 
 The pages of this site are the lessons with their stored outputs; to run the code, change it and do the
-exercises, run the course on your own machine. It needs Python 3.10 to 3.13, `make` and access to the Python
+exercises, run the course on your own machine. It needs Python 3.10 to 3.14, `make` and access to the Python
 package registry (it installs PyTorch and JupyterLab into its own `.venv`); no GPU.
 
 ## 1. Get the course
