@@ -69,6 +69,15 @@ except ModuleNotFoundError:
 # prints, and returns its `[rank N]` lines sorted by rank. Results that need checking (parameters, gradients)
 # come back as files that each rank writes (`--out DIR`), read with `load_rank_results`. The next cell is the
 # plumbing; every line says why it is there.
+#
+# **On Windows and macOS** the programs are the same; three things differ, and the course takes care of them:
+# * the backend is gloo everywhere without CUDA (NCCL exists only on Linux with NVIDIA GPUs), which is what this
+#   notebook uses on a CPU;
+# * DataLoader workers start as fresh interpreters there (the `spawn` start method, which `mp.spawn` uses on
+#   every system; Linux too from Python 3.14, with `forkserver`): a worker has only what it can import, which
+#   is why the workers' code lives in files;
+# * PyTorch's Windows builds have no libuv, which `torchrun`'s store uses by default: on Windows,
+#   `run_torchrun` sets `USE_LIBUV=0` (in a terminal: `set USE_LIBUV=0` before `torchrun`).
 
 # %%
 import inspect
