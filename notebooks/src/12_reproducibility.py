@@ -48,7 +48,7 @@ except ModuleNotFoundError:
     COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
     beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
     if not (beside.is_file() or COURSE):
-        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)")
+        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
     raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
     code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
     exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
