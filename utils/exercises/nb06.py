@@ -3,6 +3,8 @@ Used by notebook 06, whose ``Checker("06")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import ast
+import contextlib
 import os
 import pickle
 import tempfile
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import functions_reached, global_values, names_used, refers_to, syntax
 
 EXERCISES = Registry("06")
 
@@ -114,6 +117,86 @@ def predict_state_dict(answer):
 # ---------------------------------------------------------------------------------------------- exercise 2
 
 
+class _Watched:
+    """What a learner's function did with files: torch.save targets, torch.load's weights_only, renames."""
+
+    def __init__(self):
+        self.saved_to: list[str] = []
+        self.weights_only: list[object] = []
+        self.renamed: list[tuple[str, str]] = []
+
+
+def _path_of(target) -> str | None:
+    name = getattr(target, "name", target)  # a file object opened on a path has its name
+    return os.path.realpath(os.fspath(name)) if isinstance(name, (str, bytes, os.PathLike)) else None
+
+
+@contextlib.contextmanager
+def _watching_files():
+    """Record torch.save, torch.load and os.replace/os.rename calls made inside the block; restore them after."""
+    seen = _Watched()
+    originals = {"save": torch.save, "load": torch.load, "replace": os.replace, "rename": os.rename}
+
+    def save(obj, f, *args, **kwargs):
+        seen.saved_to.append(_path_of(f))
+        return originals["save"](obj, f, *args, **kwargs)
+
+    def load(f, *args, **kwargs):
+        seen.weights_only.append(kwargs.get("weights_only"))
+        return originals["load"](f, *args, **kwargs)
+
+    def replace(src, dst, *args, **kwargs):
+        seen.renamed.append((_path_of(src), _path_of(dst)))
+        return originals["replace"](src, dst, *args, **kwargs)
+
+    def rename(src, dst, *args, **kwargs):
+        seen.renamed.append((_path_of(src), _path_of(dst)))
+        return originals["rename"](src, dst, *args, **kwargs)
+
+    torch.save, torch.load, os.replace, os.rename = save, load, replace, rename
+    try:
+        yield seen
+    finally:
+        torch.save, torch.load = originals["save"], originals["load"]
+        os.replace, os.rename = originals["replace"], originals["rename"]
+
+
+def _uses_the_checks(*fns) -> bool:
+    """Whether an answer imports this course's checks (which hold the reference answers)."""
+    for fn in fns:
+        for f in functions_reached(fn):
+            if any(n.startswith("utils.exercises") for n in names_used(f)):
+                return True
+            for value in global_values(f).values():
+                module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+                if isinstance(module, str) and module.startswith("utils.exercises"):
+                    return True
+    return False
+
+
+UNSAFE_LOAD = (
+    "it makes `torch.load` unpickle arbitrary objects, and unpickling runs code: a checkpoint you download or "
+    "share could run anything on your machine. A checkpoint of state_dicts, tensors and plain values loads with "
+    "the safe default"
+)
+
+
+def _unsafe_loading(seen: _Watched) -> None:
+    """Hint when the learner's code switched weights_only off to load its file."""
+    if any(w is False for w in seen.weights_only):
+        hint(f"your `load_state` calls `torch.load(..., weights_only=False)`: {UNSAFE_LOAD}", WEIGHTS_ONLY)
+    if os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0") not in ("", "0"):
+        hint(f"`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD` is set: {UNSAFE_LOAD}", WEIGHTS_ONLY)
+
+
+def _allow_listed(what: str) -> None:
+    hint(
+        f"your code allow-listed {what} to load objects that are not state: an allow-list is for a class you "
+        "trust that a file truly needs; a checkpoint of state_dicts, tensors and plain values needs none",
+        "4.1 Allowing a class you trust",
+    )
+
+
 def _small_net() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
 
@@ -145,17 +228,51 @@ def _same_optimizer_state(a: dict, b: dict) -> bool:
     return True
 
 
+REFUSED = (
+    "`torch.load` (weights_only=True, the default) refused an object in your file: store only "
+    "tensors, state_dicts and plain Python values, never the model or optimizer object itself, and "
+    "no NumPy arrays (NumPy's random state holds one: section 5.2 stores it as a tensor; only torch's "
+    "generator matters here)"
+)
+
+
+_DEFAULT_SAFE_GLOBALS = list(torch.serialization.get_safe_globals())
+"""The allow-list when the exercise section's first cell ran (it imports this module), before any answer."""
+
+
+def _unsafe_globals(path: str) -> list[str]:
+    """What ``torch.load(path)`` with weights_only=True refuses as a new process would, with the default allow-list
+    (classes the learner allow-listed are set aside meanwhile, then put back); empty when the file loads."""
+    current = list(torch.serialization.get_safe_globals())
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(_DEFAULT_SAFE_GLOBALS)
+    try:
+        torch.load(path, weights_only=True)
+        return []
+    except pickle.UnpicklingError:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path) or ["an object"]
+    finally:
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(current)
+
+
+def _says_weights_only_false(*fns) -> bool:
+    """Whether the source of the answer (or a helper it calls) passes ``weights_only=False``."""
+    for fn in fns:
+        for f in functions_reached(fn):
+            tree = syntax(f)
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.keyword) and node.arg == "weights_only":
+                    if isinstance(node.value, ast.Constant) and node.value.value is False:
+                        return True
+    return False
+
+
 def _call_load(load_fn, path, model, opt):
     try:
         return returns(load_fn, path, model, opt)
     except pickle.UnpicklingError:
-        hint(
-            "`torch.load` (weights_only=True, the default) refused an object in your file: store only "
-            "tensors, state_dicts and plain Python values, never the model or optimizer object itself, and "
-            "no NumPy arrays (NumPy's random state holds one: section 5.2 stores it as a tensor; only torch's "
-            "generator matters here)",
-            WEIGHTS_ONLY,
-        )
+        hint(REFUSED, WEIGHTS_ONLY)
     except RuntimeError as err:
         if "Missing key(s)" in str(err) and "running_" in str(err):
             hint(
@@ -166,8 +283,13 @@ def _call_load(load_fn, path, model, opt):
         raise
 
 
+DECOY_STEP = 99
+
+
 @EXERCISES.exercise(2, "A checkpoint that resumes bit for bit (write a function)", MISSES)
 def save_and_load(save_fn, load_fn):
+    if _uses_the_checks(save_fn, load_fn):
+        hint("your functions use the checks' own code: write them yourself")
     g = torch.Generator().manual_seed(6)
     x, y = torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g)
     optimizers = [
@@ -201,6 +323,29 @@ def save_and_load(save_fn, load_fn):
                 torch.equal(torch.get_rng_state(), saved_rng),
                 "`save_state` changed torch's random state: read it with `torch.get_rng_state()`, do not draw numbers",
             )
+            refused = _unsafe_globals(path)  # what a new process loads from the file alone, with the safe default
+            if refused:
+                if _says_weights_only_false(save_fn, load_fn):
+                    hint(
+                        "your file holds objects that only `torch.load(..., weights_only=False)` loads, and your "
+                        f"`load_state` switches the safe default off for them: {UNSAFE_LOAD}",
+                        WEIGHTS_ONLY,
+                    )
+                _unsafe_loading(_Watched())
+                allowed = set(map(repr, torch.serialization.get_safe_globals())) - set(map(repr, _DEFAULT_SAFE_GLOBALS))
+                if refers_to(load_fn, "safe_globals", "add_safe_globals") or any(
+                    refused[0].rsplit(".", 1)[-1] in name for name in allowed
+                ):
+                    _allow_listed(f"`{refused[0]}`")
+                hint(REFUSED, WEIGHTS_ONLY)
+            # another checkpoint, saved after this one: `load_state(path, ...)` must still give this one
+            torch.manual_seed(50 + case)
+            decoy = _small_net()
+            decoy_opt = make_opt(decoy.parameters())
+            _train(decoy, decoy_opt, 1, x, y)
+            save_fn(os.path.join(tmp, f"other_{case}.pt"), decoy, decoy_opt, DECOY_STEP)
+            decoy_state = {k: v.clone() for k, v in decoy.state_dict().items()}
+            torch.set_rng_state(saved_rng)
             _train(model, opt, more, x, y)  # the run that never stopped
             reference = model.state_dict()
 
@@ -209,7 +354,19 @@ def save_and_load(save_fn, load_fn):
             fresh_opt = make_opt(fresh.parameters())
             before = {k: v.clone() for k, v in fresh.state_dict().items()}
             torch.manual_seed(12345)
-            step = _call_load(load_fn, path, fresh, fresh_opt)
+            with _watching_files() as seen:
+                step = _call_load(load_fn, path, fresh, fresh_opt)
+            _unsafe_loading(seen)
+            from_decoy = step == DECOY_STEP or all(
+                torch.equal(fresh.state_dict()[k], decoy_state[k]) for k, _ in fresh.named_parameters()
+            )
+            if from_decoy:
+                hint(
+                    "`load_state(path, ...)` restored the checkpoint saved last (to another path), not the one in "
+                    "the file at `path`: read everything from that file. A new process has nothing else, no "
+                    "Python variable of the one that saved",
+                    CHECKPOINT,
+                )
             expect(
                 isinstance(step, int) and not isinstance(step, bool),
                 f"`load_state` should return the step as an int, not {type(step).__name__}",
