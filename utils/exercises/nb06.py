@@ -127,7 +127,8 @@ class _Watched:
 
 
 def _path_of(target) -> str | None:
-    name = getattr(target, "name", target)  # a file object opened on a path has its name
+    # a path, or a file object opened on one (its name; a Path's `.name` is only its last part)
+    name = target if isinstance(target, (str, bytes, os.PathLike)) else getattr(target, "name", None)
     return os.path.realpath(os.fspath(name)) if isinstance(name, (str, bytes, os.PathLike)) else None
 
 
@@ -448,8 +449,9 @@ def _indices(batch: torch.Tensor, x_all: torch.Tensor) -> list[int]:
     return match.float().argmax(dim=1).tolist()
 
 
-def _run(fn, x_all, dataset, path, stop, seed, rng_seed):
-    """Build a model and optimizer from `seed`, call the learner's function; return (model, opt, start, batches)."""
+def _run(fn, x_all, dataset, path, stop, seed, rng_seed, files: list | None = None):
+    """Build a model and optimizer from `seed`, call the learner's function; return (model, opt, start, batches).
+    What the function did with files is appended to ``files``."""
     torch.manual_seed(seed)
     model = _classifier()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -458,7 +460,11 @@ def _run(fn, x_all, dataset, path, stop, seed, rng_seed):
     torch.manual_seed(rng_seed)
     try:
         try:
-            start = returns(fn, model, opt, dataset, path, stop)
+            with _watching_files() as watched:
+                start = returns(fn, model, opt, dataset, path, stop)
+            if files is not None:
+                files.append(watched)
+            _unsafe_loading(watched)
         except pickle.UnpicklingError:
             hint(
                 "`torch.load` (weights_only=True) refused an object in your checkpoint: store state_dicts and "
@@ -493,9 +499,12 @@ def resume_mid_epoch(fn):
         g = torch.Generator().manual_seed(n)
         x_all, y_all = torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
         dataset = torch.utils.data.TensorDataset(x_all, y_all)
+        files: list[_Watched] = []
         with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
             paths = {name: os.path.join(tmp, f"{name}.pt") for name in ("straight", "crashed", "to_save")}
-            straight, _, start, seen = _run(fn, x_all, dataset, paths["straight"], stop, seed=0, rng_seed=0)
+            straight, _, start, seen = _run(
+                fn, x_all, dataset, paths["straight"], stop, seed=0, rng_seed=0, files=files
+            )
             expect(
                 start == 0, f"with no file at `ckpt_path` the run starts at step 0, but the function returned {start}"
             )
@@ -509,6 +518,12 @@ def resume_mid_epoch(fn):
                 "no checkpoint was written to `ckpt_path`: save after every `save_every` steps",
                 CHECKPOINT,
             )
+            if refused := _unsafe_globals(paths["straight"]):
+                hint(
+                    f"your checkpoint holds `{refused[0]}`, which `torch.load` refuses with weights_only=True (the "
+                    "default): store state_dicts and plain values, never the model or optimizer object",
+                    WEIGHTS_ONLY,
+                )
             epochs = [sum(seen[e * per_epoch : (e + 1) * per_epoch], []) for e in range(stop // per_epoch)]
             for order in epochs:
                 expect(
@@ -530,7 +545,9 @@ def resume_mid_epoch(fn):
                 "04 · 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches",
             )
 
-            _, _, start, seen_crashed = _run(fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0)
+            _, _, start, seen_crashed = _run(
+                fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0, files=files
+            )
             expect(
                 seen_crashed == seen[:crash],
                 "two runs from the same seed saw different batches: the order "
@@ -538,7 +555,9 @@ def resume_mid_epoch(fn):
             )
 
             # the state after `saved_at` steps, for comparison: a run that stops right there
-            at_save, at_save_opt, _, _ = _run(fn, x_all, dataset, paths["to_save"], saved_at, seed=0, rng_seed=0)
+            at_save, at_save_opt, _, _ = _run(
+                fn, x_all, dataset, paths["to_save"], saved_at, seed=0, rng_seed=0, files=files
+            )
             probe, probe_opt, start, probe_seen = _run(
                 fn, x_all, dataset, paths["crashed"], saved_at, seed=7, rng_seed=999
             )
@@ -593,7 +612,9 @@ def resume_mid_epoch(fn):
                 MISSES,
             )
 
-            resumed, _, start, resumed_seen = _run(fn, x_all, dataset, paths["crashed"], stop, seed=8, rng_seed=12345)
+            resumed, _, start, resumed_seen = _run(
+                fn, x_all, dataset, paths["crashed"], stop, seed=8, rng_seed=12345, files=files
+            )
             expected = seen[saved_at:stop]
             if resumed_seen and resumed_seen[0] == seen[saved_at - saved_at % per_epoch] and saved_at % per_epoch:
                 hint(
@@ -614,3 +635,34 @@ def resume_mid_epoch(fn):
                 "weights than the run that never stopped: is everything the next steps use saved and loaded?",
                 MISSES,
             )
+            _saved_atomically(files, tmp)
+
+
+ATOMIC = "5.3 Saving so that a crash cannot tear the file"
+
+
+def _saved_atomically(files: list[_Watched], folder: str) -> None:
+    """The checkpoints reached `ckpt_path` by a rename of a file written in the same folder, never in place."""
+    names = ("straight.pt", "crashed.pt", "to_save.pt", "one_more.pt")  # the `ckpt_path`s the check passed
+    ckpts = {os.path.realpath(os.path.join(folder, name)) for name in names}
+    if any(target in ckpts for seen in files for target in seen.saved_to):
+        hint(
+            "`torch.save` wrote straight to `ckpt_path`: a job killed during the save leaves a torn file there, "
+            "and the previous checkpoint is already overwritten, so the restart has nothing to resume from. "
+            "Write to a temporary file first, then put it under the final name in one step",
+            ATOMIC,
+        )
+    renames = [(src, dst) for seen in files for src, dst in seen.renamed if dst in ckpts]
+    if not renames:
+        hint(
+            "the checkpoint reached `ckpt_path` without a rename: a copy or a second write can be torn by a "
+            "kill just as a direct save can. Write to a temporary file, then `os.replace(tmp, ckpt_path)`",
+            ATOMIC,
+        )
+    if any(src is None or os.path.dirname(src) != os.path.dirname(dst) for src, dst in renames):
+        hint(
+            "the temporary file was written in another folder than `ckpt_path`: a rename is atomic only within "
+            "one file system (across two, `os.replace` fails or copies), so create the temporary file next to "
+            "the checkpoint",
+            ATOMIC,
+        )
