@@ -7,6 +7,7 @@ import ast
 import contextlib
 import os
 import pickle
+import shutil
 import tempfile
 
 import torch
@@ -185,7 +186,7 @@ UNSAFE_LOAD = (
 def _unsafe_loading(seen: _Watched) -> None:
     """Hint when the learner's code switched weights_only off to load its file."""
     if any(w is False for w in seen.weights_only):
-        hint(f"your `load_state` calls `torch.load(..., weights_only=False)`: {UNSAFE_LOAD}", WEIGHTS_ONLY)
+        hint(f"your code calls `torch.load(..., weights_only=False)`: {UNSAFE_LOAD}", WEIGHTS_ONLY)
     if os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0") not in ("", "0"):
         hint(f"`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD` is set: {UNSAFE_LOAD}", WEIGHTS_ONLY)
 
@@ -364,8 +365,8 @@ def save_and_load(save_fn, load_fn):
             if from_decoy:
                 hint(
                     "`load_state(path, ...)` restored the checkpoint saved last (to another path), not the one in "
-                    "the file at `path`: read everything from that file. A new process has nothing else, no "
-                    "Python variable of the one that saved",
+                    "the file at `path`: read everything from that file. A new process has only the file, none of "
+                    "the Python variables of the process that saved it",
                     CHECKPOINT,
                 )
             expect(
@@ -558,9 +559,18 @@ def resume_mid_epoch(fn):
             at_save, at_save_opt, _, _ = _run(
                 fn, x_all, dataset, paths["to_save"], saved_at, seed=0, rng_seed=0, files=files
             )
-            probe, probe_opt, start, probe_seen = _run(
-                fn, x_all, dataset, paths["crashed"], saved_at, seed=7, rng_seed=999
-            )
+            # the job restarts on another machine, from a copy of the file; another job has saved since
+            moved = os.path.join(tmp, "moved.pt")
+            shutil.copyfile(paths["crashed"], moved)
+            other, _, _, _ = _run(fn, x_all, dataset, os.path.join(tmp, "other.pt"), 4, seed=3, rng_seed=3, files=files)
+            probe, probe_opt, start, probe_seen = _run(fn, x_all, dataset, moved, saved_at, seed=7, rng_seed=999)
+            if start == 4 != saved_at or (_params_close(probe, other) and not _params_close(other, at_save)):
+                hint(
+                    "the resumed job holds the weights another job saved last (to another path), not those of the "
+                    "file at `ckpt_path`: resume from that file alone. A restarted job is a new process, often on "
+                    "another machine, with none of the Python variables of the one that died",
+                    CHECKPOINT,
+                )
             if start == 0 and len(probe_seen) == saved_at:
                 hint(
                     "the function did not resume: when a file exists at `ckpt_path`, load it first and continue "
@@ -643,7 +653,7 @@ ATOMIC = "5.3 Saving so that a crash cannot tear the file"
 
 def _saved_atomically(files: list[_Watched], folder: str) -> None:
     """The checkpoints reached `ckpt_path` by a rename of a file written in the same folder, never in place."""
-    names = ("straight.pt", "crashed.pt", "to_save.pt", "one_more.pt")  # the `ckpt_path`s the check passed
+    names = ("straight.pt", "crashed.pt", "to_save.pt", "one_more.pt", "other.pt")  # the `ckpt_path`s the check passed
     ckpts = {os.path.realpath(os.path.join(folder, name)) for name in names}
     if any(target in ckpts for seen in files for target in seen.saved_to):
         hint(
@@ -661,8 +671,8 @@ def _saved_atomically(files: list[_Watched], folder: str) -> None:
         )
     if any(src is None or os.path.dirname(src) != os.path.dirname(dst) for src, dst in renames):
         hint(
-            "the temporary file was written in another folder than `ckpt_path`: a rename is atomic only within "
-            "one file system (across two, `os.replace` fails or copies), so create the temporary file next to "
-            "the checkpoint",
+            "the temporary file was written in another folder than `ckpt_path`, which may be on another file "
+            "system: a rename is atomic only within one (across two, `os.replace` fails), so create the temporary "
+            "file in the checkpoint's folder",
             ATOMIC,
         )

@@ -107,7 +107,7 @@ def _uses_the_checks(fn) -> str | None:
 
 @EXERCISES.exercise(1, "What autocast makes of each operation (predict)", AUTOCAST)
 def predict_dtypes(fn):
-    expect(callable(fn), f"give the function `autocast_dtype`, not a {type(fn).__name__}")
+    expect(callable(fn), f"give the function `autocast_dtype` itself, not {fn!r:.40}")
     if refers_to(fn, "autocast", "amp.autocast", "autocast_dtypes", "get_autocast_dtype"):
         hint(
             "your function uses autocast to find the answer: predict it from the three lists instead. Running "
@@ -140,7 +140,8 @@ def predict_dtypes(fn):
             right = _run_on_cpu(op, low, input_dtype)
         if said == right:
             continue
-        case = f"{op} on {device} under dtype={_name(low)}, input {_name(input_dtype)}"
+        where = "the CPU" if device == "cpu" else "CUDA"
+        case = f"`{op}` on {where}, in a {_name(low)} region, on {_name(input_dtype)} input"
         if said in (torch.float16, torch.bfloat16) and said != low:
             hint(
                 f"{case}: you returned {_name(said)}, a 16-bit type other than the region's: the low-precision "
@@ -152,7 +153,7 @@ def predict_dtypes(fn):
                 "autocast casts their inputs to the low-precision type"
             )
         if op in FLOAT32_LIST:
-            hint(f"{case}: most losses are on the float32 list on every device: a 16-bit input is cast to float32")
+            hint(f"{case}: most losses are on the float32 list on every device, so a 16-bit input is cast to float32")
         if op == "add_float32":
             hint(
                 f"{case}: `t + w` with a float32 `w` mixes two types, and mixed inputs run in the widest one (type "
@@ -160,18 +161,18 @@ def predict_dtypes(fn):
             )
         if op in CUDA_FLOAT32_ONLY and device == "cuda":
             hint(
-                f"{case}: on CUDA, {op} is on the float32 list (CUDA's list is longer than the CPU's), so a 16-bit "
-                "input is cast to float32"
+                f"{case}: CUDA's float32 list, longer than the CPU's, holds `{op}`, so a 16-bit input is cast to "
+                "float32"
             )
         if op in CUDA_FLOAT32_ONLY:
             hint(
-                f"{case}: on the CPU, {op} is on no autocast list (only CUDA's float32 list has it), so it runs "
+                f"{case}: `{op}` is on no autocast list of the CPU (only CUDA's float32 list holds it), so it runs "
                 "in the type of its input"
             )
         if op == "relu" or said == low:
             hint(
-                f"{case}: {op} is on no autocast list, so it runs in the type of its input: autocast casts inputs "
-                "only for the operations on its lists"
+                f"{case}: `{op}` is on no autocast list, so it runs in the type of its input (autocast casts "
+                "inputs only for the operations on its lists)"
             )
         hint(f"{case}: not {_name(said)}")
 
