@@ -1829,8 +1829,9 @@ assert torch.equal(gate_pt2(torch.tensor([1.0, 2.0, -4.0])), torch.tensor([-1.0,
 # notebook 04's data loading. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The
 # **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
 # attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
-# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass. Files go
-# only into temporary folders that the checks create and delete.
+# restart, run its first cell and go on. `make progress` (without make, e.g. on Windows: `python tools/course.py
+# progress`) lists which exercises of every notebook pass. Files go only into temporary folders that the checks
+# create and delete.
 
 # %%
 import os
@@ -1854,8 +1855,9 @@ ex = Checker("06")
 #   after one `backward()` and one `opt.step()`;
 # * **c**: the key under which `torch.compile(nn.DataParallel(model)).state_dict()` stores `model.head.weight`.
 #
-# Write them as a list `[a, b, c]` (two ints and a string), then check. Running code afterwards to see why is
-# allowed.
+# Write them as a list `[a, b, c]` (two ints and a string), then check. Predict before you run anything: the check
+# sees only the three values, so typing `len(Tagger().state_dict())` would pass it and teach nothing. Run code
+# afterwards, to see why.
 
 
 # %%
@@ -1924,12 +1926,13 @@ ex.check(2, save_state, load_state)
 #   must see exactly the batches the job that never died would have seen;
 # * each step: `loss = F.cross_entropy(model(x), y)`, `optimizer.zero_grad()`, `loss.backward()`,
 #   `optimizer.step()`;
-# * after every `save_every` steps (after global steps 4, 8, 12, ...), save a checkpoint to `ckpt_path`.
+# * after every `save_every` steps (after global steps 4, 8, 12, ...), save a checkpoint to `ckpt_path`, atomically
+#   (section 5.3): a kill in the middle of the save must leave the previous checkpoint whole.
 #
 # The check runs the job straight to `stop`, then again but killed after step 14 (its last checkpoint holds step
 # 12, in the middle of an epoch), and restarts it with a fresh model and optimizer: the batches and the final
-# weights must be those of the uninterrupted run. The hard part is the data: the global random state of a new
-# process is not that of the dead one.
+# weights must be those of the uninterrupted run; it also watches how each checkpoint reaches `ckpt_path`. The
+# hard part is the data: the global random state of a new process is not that of the dead one.
 
 # %%
 # ✏️ Exercise 3: write the body of the function
