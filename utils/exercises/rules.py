@@ -229,8 +229,55 @@ def counting_calls(owner: Any, name: str) -> Iterator[list[int]]:
             delattr(owner, name)
 
 
+@contextlib.contextmanager
+def calls_to(*targets: Any) -> Iterator[Counter]:
+    """Count the calls, inside the block, of the given library functions however they were reached: under an alias,
+    through a re-export (``torch.nn.utils.fuse_conv_bn_weights`` is ``torch.nn.utils.fusion``'s function), bound
+    before the block, or called by another library function. Keys are the targets' qualified names.
+
+    A target is a Python function or method (matched by its code object, e.g. ``torch.optim.Optimizer.__init__``),
+    a builtin function (matched by identity, e.g. ``pickle.loads``), or a method of a builtin class given through
+    the class (``pickle.Unpickler.load``: any instance's ``load``). Uses :func:`sys.setprofile` for the current
+    thread, and passes every event on to a profiler that was already set."""
+    import sys
+
+    codes, builtins, methods = {}, {}, {}
+    for target in targets:
+        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+        function = _function(target)
+        if function is not None:
+            codes[function.__code__] = name
+        elif hasattr(target, "__objclass__"):  # a method descriptor of a builtin class
+            methods[(target.__objclass__, target.__name__)] = name
+        else:
+            builtins[id(target)] = name
+    seen: Counter = Counter()
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen[codes[frame.f_code]] += 1
+        elif event == "c_call":
+            if id(arg) in builtins:
+                seen[builtins[id(arg)]] += 1
+            elif methods:
+                owner = getattr(arg, "__self__", None)
+                for (cls, method), name in methods.items():
+                    if isinstance(owner, cls) and getattr(arg, "__name__", None) == method:
+                        seen[name] += 1
+        if previous is not None:
+            previous(frame, event, arg)
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(previous)
+
+
 __all__ = [
     "autograd_runs",
+    "calls_to",
     "counting_calls",
     "functions_reached",
     "global_values",
