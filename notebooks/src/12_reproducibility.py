@@ -593,7 +593,8 @@ else:
 # checkpoints of notebook 06. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it.
 # The **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
 # attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
-# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass.
+# restart, run its first cell and go on. `make progress` (without make, e.g. on Windows: `python tools/course.py
+# progress`) lists which exercises of every notebook pass.
 
 # %%
 import random

@@ -165,6 +165,22 @@ def refers_to(fn: Any, *names: str) -> str | None:
     return next((n for n in names if n in used), None)
 
 
+def assigned_names(fn: Any) -> set[str]:
+    """The names that ``fn`` and the learner's functions it calls bind themselves (assignments, arguments, loop
+    targets, nested definitions): a local variable called ``layer_norm`` is not the library's function, so a
+    check can skip such a name in :func:`refers_to`'s answer (and rely on what actually ran)."""
+    found: set[str] = set()
+    for _, tree in _trees(fn):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                found.add(node.id)
+            elif isinstance(node, ast.arg):
+                found.add(node.arg)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not tree.body[0]:
+                found.add(node.name)
+    return found
+
+
 def global_values(fn: Any) -> dict[str, Any]:
     """The learner's globals that ``fn`` reads (to inspect, say, a class it builds on)."""
     fn = _function(fn)
@@ -276,6 +292,7 @@ def calls_to(*targets: Any) -> Iterator[Counter]:
 
 
 __all__ = [
+    "assigned_names",
     "autograd_runs",
     "calls_to",
     "counting_calls",
