@@ -16,7 +16,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader, TensorDataset
 
 from utils.exercises import Registry, expect, hint, returns
-from utils.exercises.rules import calls_to, refers_to, torch_calls
+from utils.exercises.rules import assigned_names, calls_to, counting_calls, refers_to, torch_calls
 
 _adam = importlib.import_module("torch.optim.adam")  # the module; `torch.optim.adam` names the function
 
@@ -174,7 +174,7 @@ def _no_library_norm(cls):
             f"MyLayerNorm subclasses nn.{library.__name__}, so the library's forward does the work: {WRITE_THE_FORMULA}"
         )
     for function in vars(cls).values() if isinstance(cls, type) else ():
-        name = refers_to(function, *NORM_NAMES)
+        name = refers_to(function, *(n for n in NORM_NAMES if n not in assigned_names(function)))
         if name:
             hint(f"`{getattr(function, '__name__', 'a method')}` uses `{name}`: {WRITE_THE_FORMULA}")
 
@@ -415,7 +415,7 @@ def _adam_call(fn, params, state, lr, betas, eps, wd):
 
 @EXERCISES.exercise(3, "AdamW, one step at a time (write a function)", S_ADAM)
 def adamw_by_hand(fn):
-    name = refers_to(fn, *ADAM_NAMES)
+    name = refers_to(fn, *(n for n in ADAM_NAMES if n not in assigned_names(fn)))
     if name:
         hint(f"your function uses `{name}`: {WRITE_THE_UPDATE}", S_ADAMW)
     for case, (lr, betas, eps, wd, steps) in enumerate(ADAM_CASES):
@@ -629,7 +629,7 @@ def fit(fn):
     for seed, epochs, lr, weight_decay, warmup in ((0, 2, 0.05, 0.1, 3), (1, 3, 0.02, 0.5, 1)):
         model, loader = _fit_setup(seed)
         reference, forgetful = copy.deepcopy(model), copy.deepcopy(model)
-        with warnings.catch_warnings(record=True) as caught, calls_to(LRScheduler.step) as scheduled:
+        with warnings.catch_warnings(record=True) as caught, counting_calls(LRScheduler, "step") as scheduled:
             warnings.simplefilter("always")
             try:
                 result = returns(fn, model, loader, epochs, lr, weight_decay, warmup)
@@ -645,7 +645,7 @@ def fit(fn):
         expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (optimizer, lrs)")
         optimizer, lrs = result
         expect(
-            sum(scheduled.values()) > 0,
+            scheduled[0] > 0,
             "no scheduler set the rates: let a scheduler (`LambdaLR`, or a chain of built-in ones) change them "
             "after every batch; it keeps the step count and the base rates, which a checkpoint saves with "
             "`scheduler.state_dict()` so that a resumed run continues the schedule",
