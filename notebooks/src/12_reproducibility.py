@@ -643,8 +643,9 @@ ex.check(1, answer_1)
 #
 # Write `seeded_loader(dataset, batch_size, seed)`. It returns a `DataLoader` that shuffles anew every epoch and
 # whose sequence of epoch orders is fixed by `seed`: the same every time it is built with that seed (another
-# seed, other orders), whatever else the program draws. It must never reseed or draw from the global generator,
-# not even once per epoch; that is also what makes worker processes repeat (sections 1.3 and 3).
+# seed, other orders), whatever else the program draws. It must never reseed or draw from a global generator
+# (torch's, NumPy's or Python's), not even once per epoch; that is also what makes worker processes repeat
+# (sections 1.3 and 3).
 
 
 # %%
@@ -665,7 +666,9 @@ ex.check(2, seeded_loader)
 # generator and, when CUDA is available, every GPU's; and `rng_restore(snapshot)`, which puts them back, so that
 # the draws after a restore are the draws that followed the snapshot. The snapshot goes into a checkpoint, so it
 # must survive `torch.save` and `torch.load(..., weights_only=True)` ([notebook 06](06_save_load_checkpoints.ipynb),
-# §4): the check saves and loads it before restoring. (`utils.checkpoint_files` has such functions; write your own.)
+# §4): the check saves and loads it before restoring. Keep it plain data: `rng_restore` must not unpickle anything
+# (that would reopen the hole `weights_only=True` closes). (`utils.checkpoint_files` has such functions; write your
+# own.)
 
 
 # %%
