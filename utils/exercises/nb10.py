@@ -161,7 +161,7 @@ NORM_CALLS = {
 """The same, as torch functions actually called (however they were reached)."""
 WRITE_THE_FORMULA = (
     "write the formula of section 1.9 yourself (mean, biased variance, eps inside the square root, weight and "
-    "bias): the exercise practises turning it into a module whose parameters are registered, and the library "
+    "bias); the exercise practises turning it into a module whose parameters are registered, and the library "
     "call would compute the whole answer for you. Compare with nn.LayerNorm afterwards"
 )
 
@@ -185,7 +185,7 @@ def _forward(module, x):
         out = returns(module, x)
     used = sorted({name.split(".")[0] for name in called} & NORM_CALLS)
     if used:
-        hint(f"forward called the library's `{used[0]}`: {WRITE_THE_FORMULA}")
+        hint(f"`forward` called the library's `{used[0]}`: {WRITE_THE_FORMULA}")
     return out
 
 
@@ -326,7 +326,7 @@ ADAM_NAMES = (
 )
 WRITE_THE_UPDATE = (
     "write the update from the formulas of sections 2.3 and 2.4 (two moments, their bias correction, the decoupled "
-    "decay): knowing what the optimizer computes is what lets you read `optimizer.state`, choose betas and eps, "
+    "decay); knowing what the optimizer computes is what lets you read `optimizer.state`, choose betas and eps, "
     "and see why Adam's L2 decay differs from AdamW's; use torch.optim.AdamW only to compare afterwards"
 )
 
@@ -395,12 +395,22 @@ ADAM_MISTAKES = {
     "no bias correction": "the moments are used without bias correction: they start at zero, so early on they are "
     "too small; divide m by (1 − β1^t) and v by (1 − β2^t), with t the number of steps taken so far, this one "
     "included",
-    "t from 0": "a division by zero: the bias correction divides by 1 − β^t, which is 0 if t is 0; t counts the steps "
-    "taken so far, this one included, so it is 1 at the first step",
+    "t from 0": "the bias correction divides by 1 − β^t, which is 0 if t is 0: t counts the steps taken so far, "
+    "this one included, so it is 1 at the first step",
     "eps inside": "eps is added inside the square root: Adam adds it to sqrt(v̂), after the root and the bias "
     "correction, which matters for gradients near eps",
     "betas swapped": "β weighs the old average, not the new gradient: m ← β1·m + (1 − β1)·g, v ← β2·v + (1 − β2)·g²",
 }
+
+
+def _tensors_in(value, depth=0):
+    """The floating-point tensors kept in the learner's `state` (in dicts, lists and tuples)."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() and value.numel() > 1 else []
+    if depth > 4:
+        return []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return [t for item in items for t in _tensors_in(item, depth + 1)]
 
 
 def _same(a, b):
@@ -447,13 +457,18 @@ def adamw_by_hand(fn):
         )
         if all(_same(a, b) for a, b in zip(mine[-1], theirs[-1])):
             continue
+        if any(t.dtype != torch.float64 for t in _tensors_in(state)):
+            hint(
+                "some tensors in `state` are not float64 like the parameters (the check uses float64), so your "
+                "moments are rounded: create them with `torch.zeros_like(p)`, which copies p's dtype and device"
+            )
         if all(torch.equal(a, w) for a, w in zip(mine[0], starts)):
             hint(
                 "the parameters did not change: update each tensor in place under `torch.no_grad()` (`p.mul_`, "
                 "`p.add_`, `p.addcdiv_` or `p.copy_(...)`); `p = p - ...` rebinds only the loop's variable"
             )
         if not all(torch.isfinite(a).all() for a in mine[-1]):
-            hint(ADAM_MISTAKES["t from 0"] + "; your parameters hold inf or NaN")
+            hint("your parameters hold inf or NaN, as after a division by zero: " + ADAM_MISTAKES["t from 0"], S_ADAM)
         for mistake, message in ADAM_MISTAKES.items():
             path = _adam_variant(starts, grads, lr, *real, mistake=mistake)
             if all(_same(a, b) for a, b in zip(mine[-1], path[-1])):

@@ -298,7 +298,7 @@ FUSION_NAMES = (
 )
 WRITE_THE_FOLDING = (
     "write the folding yourself, from section 5's formulas (W' = W · γ/√(σ² + ε) per output channel, "
-    "b' = (b − μ) · γ/√(σ² + ε) + β): the exercise practises reading a convolution's weight layout and BatchNorm's "
+    "b' = (b − μ) · γ/√(σ² + ε) + β); the exercise practises reading a convolution's weight layout and BatchNorm's "
     "eval formula, which the library call skips; compare with it afterwards"
 )
 

@@ -189,6 +189,7 @@ HOW = {
 
 UNPICKLING = (pickle.loads, pickle.load, pickle.Unpickler.load, pickle._Unpickler.load, marshal.loads, eval, exec)
 """What runs code named by a checkpoint's bytes: the hole `weights_only=True` closes."""
+UNPICKLING_LABELS = {"loads": "pickle.loads", "load": "pickle.load", "Unpickler.load": "pickle.Unpickler.load"}
 UNPICKLING_NAMES = ("pickle", "_pickle", "cPickle", "dill", "cloudpickle", "Unpickler", "marshal")
 COURSE_RNG = (utils.checkpoint_files.rng_state_dict, utils.checkpoint_files.load_rng_state_dict)
 COURSE_RNG_NAMES = ("rng_state_dict", "load_rng_state_dict", "checkpoint_files")
@@ -198,7 +199,7 @@ NOT_PICKLE = (
     "lists), which the weights-only loader reads without running code"
 )
 WRITE_YOUR_OWN = (
-    "write your own: the exercise practises which generators a program has and how each one's state is read and "
+    "write your own, since the exercise practises which generators a program has and how each one's state is read and "
     "put back, which the course's helper hides (compare with it afterwards)"
 )
 
@@ -266,7 +267,8 @@ def snapshot_restore(rng_snapshot, rng_restore):
                 rng_restore(loaded)
             if unpickled:
                 hint(
-                    f"`rng_restore` ran `{next(iter(unpickled))}` on the checkpoint's data: {NOT_PICKLE}",
+                    f"`rng_restore` ran `{UNPICKLING_LABELS.get(next(iter(unpickled)), next(iter(unpickled)))}` on "
+                    f"the checkpoint's data: {NOT_PICKLE}",
                     S_WEIGHTS_ONLY,
                 )
             if course:
@@ -291,9 +293,9 @@ def snapshot_restore(rng_snapshot, rng_restore):
         held = _numbers_in(loaded)
         expect(
             held >= needed,
-            f"the snapshot holds {held} numbers, fewer than the generators' states (torch's CPU state alone is "
-            f"{torch.get_rng_state().numel()} bytes): the snapshot itself must hold the states, since the checkpoint "
-            "is read by a new process, which has none of this one's variables",
+            f"the snapshot holds only {held} number{'s' if held != 1 else ''}, fewer than the generators' states "
+            f"(torch's CPU state alone is {torch.get_rng_state().numel()} bytes): the snapshot itself must hold the "
+            "states, since the checkpoint is read by a new process, which has none of this one's variables",
         )
         _seed_all(7)
         rng_restore(loaded_later)
