@@ -1903,7 +1903,8 @@ ex.check(3, EveryDigitBatches)
 # computed before the update. As in a training loop, the previous step's gradients are still in `.grad` when the
 # function is called. This is section 12's five-line step combined with notebook 02's section 4: `.grad` adds up
 # across backward passes. The model must never see more than one micro-batch at a time, and each micro-batch's
-# backward pass comes before the next one's forward pass: that is what keeps the memory of one micro-batch only.
+# backward pass comes before the next one's forward pass: that way only one micro-batch's activations are ever in
+# memory.
 #
 # A question to think about (not checked): accumulation is known not to mix well with BatchNorm. Why would it not
 # equal one big batch for a model with `BatchNorm2d`, even with the right scaling?
