@@ -149,7 +149,7 @@ def evaluate_classifier(fn):
         frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
         if frozen:
             hint(
-                f"your function set `requires_grad=False` on the model's parameters ({frozen[0]}, ...): that changes "
+                f"your function set `requires_grad=False` on the model's parameters (`{frozen[0]}`, ...): that changes "
                 "the model, and the next training step would leave them unchanged. `torch.no_grad()` stops autograd "
                 "from recording while leaving the parameters as they are"
             )

@@ -249,7 +249,7 @@ def masked_losses(fn):
         expected_mean, expected_grad = _train_step_loss(lesson, batch, logits)
         leaf = logits.clone().requires_grad_()
         result = _call_masked(fn, leaf, tgt.clone())
-        expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (per_sentence, mean)")
+        expect(isinstance(result, tuple) and len(result) == 2, "return a pair: `(per_sentence, mean)`")
         per_sentence, mean = result
         if loops := python_loops(fn):
             hint(
@@ -259,18 +259,18 @@ def masked_losses(fn):
             )
         expect(
             isinstance(per_sentence, torch.Tensor) and tuple(per_sentence.shape) == (b,),
-            f"per_sentence should be a tensor of shape [B] = ({b},), one loss per sentence, not "
+            f"`per_sentence` should be a tensor of shape [B] = ({b},), one loss per sentence, not "
             f"{tuple(per_sentence.shape) if isinstance(per_sentence, torch.Tensor) else type(per_sentence).__name__}",
         )
         if not isinstance(mean, torch.Tensor):
             hint(
-                f"mean is a {type(mean).__name__}: it is the loss that `backward()` will be called on, so it must be "
+                f"`mean` is a {type(mean).__name__}: it is the loss that `backward()` will be called on, so it must be "
                 "a tensor still attached to the logits' graph (no `.item()`)"
             )
-        expect(mean.dim() == 0, f"mean should be one number, a 0-d tensor, not a tensor of shape {tuple(mean.shape)}")
+        expect(mean.dim() == 0, f"`mean` should be one number, a 0-d tensor, not a tensor of shape {tuple(mean.shape)}")
         expect(
             mean.requires_grad,
-            "mean does not require a gradient: it was detached from the logits (`.detach()`, `.data`, "
+            "`mean` does not require a gradient: it was detached from the logits (`.detach()`, `.data`, "
             "`torch.tensor(...)` of a number, or `torch.no_grad()`), so `backward()` could not train the model",
         )
         per_position = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), reduction="none").view(b, t)
@@ -280,19 +280,19 @@ def masked_losses(fn):
             padded_means = (per_position.mean(1), (per_position * real).sum(1) / t)  # padding's loss, or zeros
             if any(torch.allclose(got, p.double(), rtol=1e-4, atol=1e-4) for p in padded_means):
                 hint(
-                    "per_sentence counts the padding: each sentence's mean is over its real words only, the sum of "
+                    "`per_sentence` counts the padding: each sentence's mean is over its real words only, the sum of "
                     "their losses divided by its length, not by the padded width T",
                     PADDING,
                 )
             if torch.allclose(got, (per_position * real).sum(1).double(), rtol=1e-4, atol=1e-4):
-                hint("per_sentence is each sentence's *sum* over its words: divide by its number of real words")
+                hint("`per_sentence` is each sentence's *sum* over its words: divide by its number of real words")
             if torch.allclose(got, (per_position * ~real).sum(1).double() / (~real).sum(1).clamp(min=1), atol=1e-4):
                 hint("the mask is the wrong way round: `tgt != PAD_token` is True at the real words")
             softmaxed = F.cross_entropy(logits.softmax(-1).flatten(0, 1), tgt.flatten(), reduction="none")
             if torch.allclose(got, (softmaxed.view(b, t) * real).sum(1).double() / lengths, atol=1e-4):
                 hint("the loss was computed on softmax outputs: `F.cross_entropy` takes the logits")
             hint(
-                "per_sentence differs from the lesson's: section 8 computes each sentence's loss by running it "
+                "`per_sentence` differs from the lesson's: section 8 computes each sentence's loss by running it "
                 "alone through the model; your value for the whole batch should equal it. Take the loss at every "
                 'position (`reduction="none"`), keep the real words (`tgt != PAD_token`) and average each row '
                 "over its real words"
@@ -300,23 +300,23 @@ def masked_losses(fn):
         if abs(m - expected_mean) > 1e-4 * max(1.0, abs(expected_mean)):
             if any(abs(m - p.item()) < 1e-4 for p in (per_position.mean(), (per_position * real).sum() / (b * t))):
                 hint(
-                    "mean counts the padding: it is the mean over the batch's real words, what "
+                    "`mean` counts the padding: it is the mean over the batch's real words, what "
                     "`ignore_index=PAD_token` gives `train_step`"
                 )
             if abs(m - alone.mean().item()) < 1e-4 and abs(alone.mean().item() - expected_mean) > 1e-4:
                 hint(
-                    "mean is the mean of the sentences' means, which gives a short sentence's words more weight "
+                    "`mean` is the mean of the sentences' means, which gives a short sentence's words more weight "
                     "than a long one's: `train_step`'s loss is the mean over all the real words of the batch. "
                     "Weight each sentence by its number of words"
                 )
             hint(
-                f"mean should be {expected_mean:.4f}, the loss `train_step` computes with `ignore_index`, not {m:.4f}: "
-                "the sum of the real words' losses divided by their number"
+                f"`mean` should be {expected_mean:.4f}, the loss `train_step` computes with `ignore_index`, not "
+                f"{m:.4f}: the sum of the real words' losses divided by their number"
             )
         (grad,) = torch.autograd.grad(mean, leaf, allow_unused=True)
         expect(
             grad is not None and torch.allclose(grad, expected_grad, rtol=1e-3, atol=1e-7),
-            "mean has the right value but not the right gradient: compute it from the logits with tensor "
+            "`mean` has the right value but not the right gradient: compute it from the logits with tensor "
             "operations all the way, without numbers taken out of the graph",
         )
 
@@ -364,10 +364,11 @@ def _as_list(value, name: str, b: int) -> list:
 @EXERCISES.exercise(4, "Clipped n-gram counts, batched (stretch)", BLEU)
 def clipped_counts(fn):
     if library := refers_to(fn, "sacrebleu", "sentence_bleu", "corpus_bleu", "BLEU", "extract_all_word_ngrams"):
+        named = "" if library == "sacrebleu" else f" (`{library}`)"
         hint(
-            f"your function calls sacrebleu (`{library}`), which counts the n-grams for you: the exercise is to "
-            "count and clip them yourself, to see what BLEU's precision is made of. Section 10 uses sacrebleu to "
-            "check such counts, not to make them"
+            f"your function uses sacrebleu{named}, which counts the n-grams for you: the exercise is to count and "
+            "clip them yourself, to see what BLEU's precision is made of. Section 10 uses sacrebleu to check such "
+            "counts, not to make them"
         )
     the = [5, 5, 5, 5]  # "the the the the" against "the cat is here"
     cases = [
