@@ -26,7 +26,7 @@
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints). Section 5 also uses `torch.compile`,
 # which notebook 11 teaches in full; the section introduces what it needs.
 #
-# **Study time:** about 150 min (20 of them for the exercises).
+# **Study time:** about 165 min (35 of them for the exercises).
 # Almost all of its run time is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch,
 # so each script packs several demonstrations.
 #

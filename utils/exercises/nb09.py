@@ -296,7 +296,32 @@ def reshard_check(fn):
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     model.load_state_dict({k.removeprefix("model."): v for k, v in single.items() if k.startswith("model.")})
     assert torch.equal(model[2].weight, full["model.2.weight"])
-    return "and 2 → 1 gives a full state dict whose model.* entries load into a plain nn.Sequential"
+    loaded = "and 2 → 1 gives a full state dict whose model.* entries load into a plain nn.Sequential"
+    full = _checkpoint(g)
+    if built := _full_tensor_built(fn, _shards(full, 4), 2, full):
+        return (
+            f"{loaded}. It builds the whole `{built}` in one process (4 → 2), which DCP never does: for more, copy "
+            "into each new shard only the rows of the old shards that overlap it (the task's last paragraph)"
+        )
+    return f"{loaded}, and no rank's work needed a whole tensor: DCP's way"
+
+
+def _full_tensor_built(fn, shards: list[dict], world_size: int, full: dict[str, torch.Tensor]) -> str | None:
+    """The first key whose whole tensor a torch function returned while ``fn`` resharded ``shards``."""
+    from torch.overrides import TorchFunctionMode
+
+    found: list[str] = []
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not found and isinstance(out, torch.Tensor) and out.dim():
+                found.extend(k for k, v in full.items() if v.dim() and v.shape == out.shape and torch.equal(v, out))
+            return out
+
+    with Watch():
+        fn(shards, world_size)
+    return found[0] if found else None
 
 
 # --- Exercise 3: the learner's cell, run as a program on 2 processes, then on 1 -------------------------------------
