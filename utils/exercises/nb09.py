@@ -482,10 +482,12 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
             save_result(args.out, facts)
             return
         made: list[str] = []
+        models: list[torch.nn.Module] = []
 
         def make_model() -> torch.nn.Module:
             m = exercise_3_model()
             made.append(next(m.parameters()).device.type)
+            models.append(m)
             return m
 
         recording = _RecordingLoad(dcp.load)
@@ -504,6 +506,7 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
                 globals_of_load[k] = recording.original
         facts["made"], facts["reads"] = made, recording.calls
         facts["returned"] = type(fresh).__name__
+        facts["built_by_make_model"] = any(fresh is m for m in models)
         if isinstance(fresh, torch.nn.Module):
             facts["loaded_params"] = _param_facts(fresh)
             state = fresh.state_dict()
@@ -830,6 +833,12 @@ def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
         "`load` returned None: did you forget `return`? It returns the loaded model",
     )
     expect("loaded_params" in rank, f"`load` should return the model, not a {rank['returned']}", DCP)
+    expect(
+        rank["built_by_make_model"],
+        "`load` returned a model that its `make_model()` call did not build: return the new model, filled from "
+        "the checkpoint (a model kept from training proves nothing about the checkpoint)",
+        DCP,
+    )
     params = rank["loaded_params"]
     expect(
         all(f[0] == "DTensor" for f in params.values()),
