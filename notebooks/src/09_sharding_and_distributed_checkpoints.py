@@ -26,7 +26,7 @@
 # reduce-scatter + all-gather) and notebook 06 (`state_dict`, checkpoints). Section 5 also uses `torch.compile`,
 # which notebook 11 teaches in full; the section introduces what it needs.
 #
-# **Study time:** about 150 min (20 of them for the exercises).
+# **Study time:** about 165 min (35 of them for the exercises).
 # Almost all of its run time is starting processes: three `torchrun` launches of 2 workers, each importing PyTorch,
 # so each script packs several demonstrations.
 #
@@ -1122,15 +1122,18 @@ assert len(launch_seconds) == 3 and all(0 < s < 120 for s in launch_seconds.valu
 # %% [markdown]
 # ## Exercises (练习)
 #
-# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
-# notebook 06. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
-# below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
-# the stub is untouched. None of them starts a process: sharding is tensor code, checked in a second or two. This
-# section does not depend on the lesson's cells: after a kernel restart, run its first cell and go on.
-# `make progress` lists which exercises of every notebook pass.
+# Four exercises, easiest first: predict, write a function, write a program that runs on 2 processes, then a stretch
+# that combines this notebook with notebook 06. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it
+# and run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read,
+# or *not attempted yet* while the stub is untouched. Exercises 1, 2 and 4 are tensor code, checked in a second or
+# two; the check of exercise 3 launches your program with `torchrun` on 2 processes, as the lesson did (about 10 s,
+# longer on a busy machine). This section does not depend on the lesson's cells: after a kernel restart, run its
+# first cell and go on. `make progress` (without make, e.g. on Windows: `python tools/course.py progress`) lists
+# which exercises of every notebook pass.
 
 # %%
 import torch
+import torch.nn as nn
 
 from utils.exercises import Checker
 
@@ -1180,7 +1183,42 @@ def fsdp_shard(param: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 ex.check(2, fsdp_shard)
 
 # %% [markdown]
-# ### Exercise 3 · Reshard a checkpoint saved by 2 ranks onto 3 (stretch)
+# ### Exercise 3 · Shard, save and reload a model on 2 processes
+#
+# Write the three pieces of section 1's and section 2's script that a training job of your own needs. The check
+# writes this exercise's cell into a program, `runs/09_exercise3.py` (after `import torch` and `import torch.nn as
+# nn`, so import in the cell whatever else your functions use), and launches it with `torchrun` on 2 processes. On
+# each rank it builds a model of three `nn.Linear` layers, calls your `shard`, trains it for 2 Adam steps, calls your
+# `save`, then your `load`; finally it reads your checkpoint in this notebook's process, without a process group.
+#
+# * `shard(model, mesh)`: make each `nn.Linear` of `model` its own FSDP2 unit, then the whole model, on `mesh`
+#   (a 1-D mesh of the 2 ranks), with `fully_shard`'s defaults; it returns nothing.
+# * `save(model, optimizer, folder)`: write a distributed checkpoint of the sharded model and its Adam state into
+#   `folder`, keyed like section 2's: `{"model": ..., "optim": ...}`, the optimizer's entries by parameter name.
+# * `load(make_model, folder, mesh)`: return a new model that holds the checkpoint's weights, sharded on `mesh`
+#   like `shard` does. `make_model()` builds the (unsharded) model; build it on the meta device, as a model too
+#   big for one device would have to be, so that no rank ever holds the whole model or reads all of the checkpoint.
+
+
+# %%
+# ✏️ Exercise 3: write the bodies of the three functions (import here what they use; they run on 2 processes)
+def shard(model: nn.Module, mesh) -> None:
+    raise NotImplementedError("your code here")
+
+
+def save(model: nn.Module, optimizer: torch.optim.Optimizer, folder: str) -> None:
+    raise NotImplementedError("your code here")
+
+
+def load(make_model, folder: str, mesh) -> nn.Module:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, shard, save, load)
+
+# %% [markdown]
+# ### Exercise 4 · Reshard a checkpoint saved by 2 ranks onto 3 (stretch)
 #
 # Section 2 read a checkpoint written by 2 ranks into one process with `dcp.load`. Do the resharding by hand, for
 # any number of ranks. `reshard(shards, world_size)` gets the state dicts the old ranks saved: `shards[r]` maps each
@@ -1196,13 +1234,13 @@ ex.check(2, fsdp_shard)
 
 
 # %%
-# ✏️ Exercise 3: write the body of the function
+# ✏️ Exercise 4: write the body of the function
 def reshard(shards: list[dict[str, torch.Tensor]], world_size: int) -> list[dict[str, torch.Tensor]]:
     raise NotImplementedError("your code here")
 
 
 # %%
-ex.check(3, reshard)
+ex.check(4, reshard)
 
 # %% [markdown]
 # ## Summary

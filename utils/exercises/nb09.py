@@ -7,11 +7,16 @@ Nothing here starts a process or a process group: FSDP2's dim-0 sharding and a c
 checked as tensor code, against ``torch.chunk`` (the rule ``fully_shard`` and ``Shard(0)`` follow).
 """
 
+import ast
+import linecache
 import math
+import os
+import re
+from pathlib import Path
 
 import torch
 
-from utils.exercises import Registry, expect, hint, number_answer, returns
+from utils.exercises import Registry, expect, hint, number_answer, returns, rules
 
 EXERCISES = Registry("09")
 
@@ -25,6 +30,9 @@ def zero_memory(ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic):
     names = ("ddp_gb", "zero1_gb", "zero2_gb", "zero3_gb")
     got = [number_answer(v, n) for v, n in zip((ddp_gb, zero1_gb, zero2_gb, zero3_gb), names)]
     want = [32, 18, 11, 4]  # 2e9 parameters, float32 Adam: 4 + 4 + 8 bytes each, 8 ranks
+    for name, g in zip(names, got):
+        if g >= 1e6:
+            hint(f"{name} = {g:g} looks like bytes; give GB, 10**9 bytes (32·10⁹ bytes is 32 GB)")
     if all(math.isclose(g, w * 1e9 / 2**30, rel_tol=1e-3) for g, w in zip(got, want)):
         hint("these are GiB (2**30 bytes); the ZeRO table (and this exercise) counts GB, 10**9 bytes")
     if math.isclose(got[1], 11) and math.isclose(got[2], 7.5):
@@ -90,8 +98,23 @@ def _chunk_hint(rows: int, world_size: int, rank: int) -> str:
     )
 
 
+LIBRARY_CUTS = ("_split_tensor", "_split_tensor_helper", "_custom_chunk", "pad_tensor", "distribute_tensor", "Shard")
+"""DTensor's own sharding code (``Shard(0)._split_tensor(t, n)`` returns the padded pieces): what exercises 2 and 4 ask
+the learner to write."""
+
+
+def _own_cut(fn, name: str) -> None:
+    if used := rules.refers_to(fn, *LIBRARY_CUTS):
+        hint(
+            f"`{name}` uses DTensor's own sharding code (`{used}`): that is the cut this exercise asks you to write "
+            "with tensor operations, to see for yourself where each rank's rows and the padding go",
+            ZERO,
+        )
+
+
 @EXERCISES.exercise(2, "FSDP2's padded dim-0 shard (write a function)", ZERO)
 def fsdp_shard_check(fn):
+    _own_cut(fn, "fsdp_shard")
     param = torch.arange(15.0).reshape(5, 3)  # 5 rows on 4 ranks: 2 + 2 + 1 + 0
     for rank in range(4):
         try:
@@ -179,8 +202,9 @@ def _shards(full: dict[str, torch.Tensor], world_size: int) -> list[dict[str, to
     ]
 
 
-@EXERCISES.exercise(3, "Reshard a checkpoint saved by 2 ranks onto 3 (stretch)", DCP)
+@EXERCISES.exercise(4, "Reshard a checkpoint saved by 2 ranks onto 3 (stretch)", DCP)
 def reshard_check(fn):
+    _own_cut(fn, "reshard")
     g = torch.Generator().manual_seed(10)
     for old, new in ((2, 3), (2, 1), (4, 2), (2, 5), (3, 3)):
         full = _checkpoint(g)
@@ -207,6 +231,16 @@ def reshard_check(fn):
         )
         expect(len(out) == new, f"{old} → {new} ranks: return {new} state dicts, one per new rank, not {len(out)}")
         for r, d in enumerate(out):
+            missing = sorted(set(full) - set(d))
+            if missing and all(full[k].dim() and len(torch.chunk(full[k], new)) <= r for k in missing):
+                rows = full[missing[0]].shape[0]
+                hint(
+                    f"{old} → {new} ranks: rank {r} got no `{missing[0]}`. torch.chunk cuts its {rows} rows into "
+                    f"pieces of ceil({rows} / {new}) = {-(-rows // new)} rows: only "
+                    f"{len(torch.chunk(full[missing[0]], new))} pieces for {new} ranks, so a loop over the pieces "
+                    f"never reaches rank {r}. Every rank needs every key; the ranks left over hold an empty shard",
+                    ZERO,
+                )
             expect(
                 set(d) == set(full),
                 f"{old} → {new} ranks, rank {r}: the keys should be those of the checkpoint; "
@@ -262,4 +296,609 @@ def reshard_check(fn):
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     model.load_state_dict({k.removeprefix("model."): v for k, v in single.items() if k.startswith("model.")})
     assert torch.equal(model[2].weight, full["model.2.weight"])
-    return "and 2 → 1 gives a full state dict whose model.* entries load into a plain nn.Sequential"
+    loaded = "and 2 → 1 gives a full state dict whose model.* entries load into a plain nn.Sequential"
+    full = _checkpoint(g)
+    if built := _full_tensor_built(fn, _shards(full, 4), 2, full):
+        return (
+            f"{loaded}. It builds the whole `{built}` in one process (4 → 2), which DCP never does: for more, copy "
+            "into each new shard only the rows of the old shards that overlap it (the task's last paragraph)"
+        )
+    return f"{loaded}, and no rank's work needed a whole tensor: DCP's way"
+
+
+def _full_tensor_built(fn, shards: list[dict], world_size: int, full: dict[str, torch.Tensor]) -> str | None:
+    """The first key whose whole tensor a torch function returned while ``fn`` resharded ``shards``."""
+    from torch.overrides import TorchFunctionMode
+
+    found: list[str] = []
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not found and isinstance(out, torch.Tensor) and out.dim():
+                found.extend(k for k, v in full.items() if v.dim() and v.shape == out.shape and torch.equal(v, out))
+            return out
+
+    with Watch():
+        fn(shards, world_size)
+    return found[0] if found else None
+
+
+# --- Exercise 3: the learner's cell, run as a program on 2 processes, then on 1 -------------------------------------
+
+PROGRAM = "09_exercise3.py"
+"""The program the check writes into ``notebooks/runs/``: a header, the learner's cell, and :data:`_FOOTER`."""
+_HEADER = '''\
+"""Notebook 09, exercise 3, as its check wrote it: your exercise cell between two lines of the check's own.
+By hand, in notebooks/: torchrun --standalone --nproc_per_node=2 runs/09_exercise3.py --ckpt CKPT --out OUT
+"""
+import torch
+import torch.nn as nn
+
+# ---- your exercise cell ----
+'''
+_FOOTER = """
+# ---- the check (utils/exercises/nb09.py): build, shard, train, save, load, on every rank ----
+from utils.exercises.nb09 import run_exercise_3  # noqa: E402
+
+run_exercise_3(shard, save, load, cell_lines=({first}, {last}))
+"""
+UNITS = ("", "0", "2", "4")  # the root and each Linear of exercise_3_model
+_LAYERS = {"0.weight": (7, 5), "0.bias": (7,), "2.weight": (4, 7), "2.bias": (4,), "4.weight": (3, 4), "4.bias": (3,)}
+
+
+def exercise_3_model() -> torch.nn.Module:
+    """The model exercise 3's check builds, shards, trains, saves and loads: three Linear layers."""
+    nn = torch.nn
+    torch.manual_seed(0)  # the same weights on every rank and in the reference
+    return nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 4), nn.ReLU(), nn.Linear(4, 3))
+
+
+def _param_facts(model: torch.nn.Module) -> dict[str, tuple]:
+    from torch.distributed.tensor import DTensor
+
+    facts = {}
+    for name, p in model.named_parameters():
+        if isinstance(p, DTensor):
+            placements = tuple(repr(q) for q in p.placements)
+            facts[name] = ("DTensor", placements, p.device_mesh.size(), tuple(p.to_local().shape), tuple(p.shape))
+        else:
+            facts[name] = (type(p).__name__, (), 0, tuple(p.shape), tuple(p.shape))
+    return facts
+
+
+def _learner_error(name: str, exc: BaseException, program: str, cell_lines: tuple[int, int]) -> dict:
+    import traceback
+
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == program and cell_lines[0] <= frame.lineno <= cell_lines[1]:
+            where = f" in `{frame.name}` (line {frame.lineno - cell_lines[0] + 1} of its cell)"
+            break
+    lines = str(exc).strip().splitlines()
+    return {"function": name, "type": type(exc).__name__, "message": lines[0][:300] if lines else "", "where": where}
+
+
+class _RecordingLoad:
+    """``dcp.load`` that notes, per call, how each requested tensor is held: a DTensor (this rank's rows) or whole."""
+
+    def __init__(self, original):
+        self.original, self.calls = original, []
+
+    def __call__(self, state_dict, *args, **kwargs):
+        from torch.distributed.tensor import DTensor
+
+        seen = {}
+
+        def walk(prefix, value):
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    walk(f"{prefix}.{k}" if prefix else str(k), v)
+            elif isinstance(value, DTensor):
+                seen[prefix] = ("DTensor", tuple(value.to_local().shape), tuple(value.shape))
+            elif isinstance(value, torch.Tensor):
+                seen[prefix] = ("Tensor", tuple(value.shape), tuple(value.shape))
+
+        walk("", state_dict)
+        self.calls.append(seen)
+        return self.original(state_dict, *args, **kwargs)
+
+
+def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
+    """The check's side of exercise 3, on every rank of ``runs/09_exercise3.py``: call the learner's functions and
+    write what happened (facts, not verdicts: the notebook's check judges them) with ``save_result``."""
+    import argparse
+    import os
+    import sys
+    import warnings
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint.state_dict_loader as loader
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from utils.ddp.common import distributed, save_result
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    program = os.path.abspath(sys.argv[0])
+    warnings.filterwarnings("ignore")  # the learner's program may warn; the check reads no warning
+
+    def failed(name: str, exc: BaseException) -> None:
+        save_result(args.out, {"error": _learner_error(name, exc, program, cell_lines)})
+        sys.stdout.flush()
+        os._exit(3)  # torchrun stops the other ranks, which may wait in a collective for this one
+
+    facts: dict = {}
+    with distributed(prefer="cpu", timeout_s=30) as info:  # gloo on the CPU on every machine: the same check
+        mesh = init_device_mesh("cpu", (info.world_size,))
+        facts["world_size"] = info.world_size
+        model, reference = exercise_3_model(), exercise_3_model()
+        try:
+            shard(model, mesh)
+        except Exception as exc:  # noqa: BLE001 - reported to the notebook
+            failed("shard", exc)
+        facts["params"] = _param_facts(model)
+        facts["units"] = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+        if not all(f[0] == "DTensor" for f in facts["params"].values()):
+            save_result(args.out, facts)
+            return
+        try:
+            opt = torch.optim.Adam(model.parameters(), lr=0.01)
+            ref_opt = torch.optim.Adam(reference.parameters(), lr=0.01)
+            g = torch.Generator().manual_seed(3)
+            x, y = torch.randn(12, 5, generator=g), torch.randn(12, 3, generator=g)
+            mine = slice(info.rank * 12 // info.world_size, (info.rank + 1) * 12 // info.world_size)
+            for step in range(2):
+                with CommDebugMode() as comm:
+                    F.mse_loss(model(x[mine]), y[mine]).backward()
+                if step == 0:
+                    facts["counts"] = {str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()}
+                opt.step()
+                opt.zero_grad()
+                F.mse_loss(reference(x), y).backward()
+                ref_opt.step()
+                ref_opt.zero_grad()
+            full = {k: v.full_tensor() for k, v in model.state_dict().items()}
+            facts["diff"] = max(float((full[k] - v).abs().max()) for k, v in reference.state_dict().items())
+            facts["full"] = full
+            names = {p: n for n, p in model.named_parameters()}
+            facts["exp_avg"] = {names[p]: s["exp_avg"].full_tensor() for p, s in opt.state.items()}
+        except Exception as exc:  # noqa: BLE001
+            failed("the check's training steps on your sharded model", exc)
+        try:
+            save(model, opt, args.ckpt)
+        except Exception as exc:  # noqa: BLE001
+            failed("save", exc)
+        dist.barrier()
+        facts["files"] = sorted(os.listdir(args.ckpt)) if os.path.isdir(args.ckpt) else None
+        if not facts["files"]:
+            save_result(args.out, facts)
+            return
+        made: list[str] = []
+        models: list[torch.nn.Module] = []
+
+        def make_model() -> torch.nn.Module:
+            m = exercise_3_model()
+            made.append(next(m.parameters()).device.type)
+            models.append(m)
+            return m
+
+        recording = _RecordingLoad(dcp.load)
+        dcp.load = loader.load = recording
+        globals_of_load = getattr(load, "__globals__", {})
+        rebound = [k for k, v in globals_of_load.items() if v is recording.original]
+        for k in rebound:  # `from torch.distributed.checkpoint import load` in the cell
+            globals_of_load[k] = recording
+        try:
+            fresh = load(make_model, args.ckpt, mesh)
+        except Exception as exc:  # noqa: BLE001
+            failed("load", exc)
+        finally:
+            dcp.load = loader.load = recording.original
+            for k in rebound:
+                globals_of_load[k] = recording.original
+        facts["made"], facts["reads"] = made, recording.calls
+        facts["returned"] = type(fresh).__name__
+        facts["built_by_make_model"] = any(fresh is m for m in models)
+        if isinstance(fresh, torch.nn.Module):
+            facts["loaded_params"] = _param_facts(fresh)
+            state = fresh.state_dict()
+            facts["loaded"] = {k: v.full_tensor() if isinstance(v, DTensor) else v.detach() for k, v in state.items()}
+        save_result(args.out, facts)
+
+
+def _is_stub(fn) -> bool:
+    """A function whose body is still ``raise NotImplementedError(...)`` (after an optional docstring)."""
+    tree = rules.syntax(fn)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return False
+    body = tree.body[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _cell_source(functions: dict) -> str:
+    files = {name: getattr(getattr(fn, "__code__", None), "co_filename", None) for name, fn in functions.items()}
+    for name, file in files.items():
+        expect(file is not None, f"`{name}` should be a function defined with `def` in the exercise's cell")
+    if len(set(files.values())) > 1:
+        first = next(iter(files.values()))
+        other = next(name for name, file in files.items() if file != first)
+        hint(
+            f"`{other}` was defined in another cell than the other functions: the check runs the exercise's cell "
+            "as a program, so define all three there and run that cell again"
+        )
+    lines = linecache.getlines(next(iter(files.values())))
+    expect(
+        lines,
+        "the check could not read the exercise's cell (its source is what runs on the 2 processes): run that "
+        "cell again, then this one",
+    )
+    source = "".join(lines)
+    # IPython turns a magic into get_ipython() calls, which a program does not have
+    return "\n".join("" if "get_ipython()" in line else line for line in source.splitlines()) + "\n"
+
+
+def _static_hints(shard, save, load) -> None:
+    """What the functions' source shows before anything runs (quick, and no launch for the common shortcuts)."""
+    if used := rules.refers_to(shard, "DistributedDataParallel", "DDP"):
+        hint(
+            f"`shard` uses {used}: DDP keeps a whole copy of the model on every rank, which is what this notebook "
+            "removes; `fully_shard` keeps 1/N of each parameter per rank",
+            ZERO,
+        )
+    if used := rules.refers_to(shard, "FullyShardedDataParallel", "FSDP"):
+        hint(
+            f"`shard` uses {used}, FSDP1 (one flat parameter per unit, an older API); this notebook's FSDP2 is "
+            "`fully_shard`, whose parameters are DTensor shards",
+            ZERO,
+        )
+    for name, fn in (("save", save), ("load", load)):
+        if rules.refers_to(fn, "full_tensor"):
+            hint(
+                f"`{name}` calls `full_tensor()`, which all-gathers the whole tensor onto every rank: a distributed "
+                "checkpoint never needs the full model in one place; each rank writes or reads its own shards",
+                DCP,
+            )
+    if rules.refers_to(save, "torch.save"):
+        hint(
+            "`save` uses torch.save, notebook 06's way: one file of whole tensors from one process; `dcp.save` lets "
+            "every rank write its own shards, in parallel",
+            DCP,
+        )
+    if rules.refers_to(load, "torch.load"):
+        hint("`load` uses torch.load: the checkpoint is a DCP folder, read with `dcp.load` (in place)", DCP)
+    tree = rules.syntax(save)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.If) and "rank" in ast.unparse(node.test).lower():
+            hint(
+                "`save` saves on some ranks only: `dcp.save` is a collective, every rank writes its own shards (rank 0 "
+                "only coordinates the plan and writes .metadata); a rank that does not call it leaves the others "
+                "waiting",
+                DCP,
+            )
+
+
+_TIMEOUT_S = 90.0
+_exercise_3_runs: dict[tuple[str, int], dict] = {}
+"""(cell source, processes) -> what that launch reported: checking the same cell again launches nothing."""
+
+
+def _launch(source: str, nproc: int, work: Path) -> dict:
+    """Run the program (written from ``source``) on ``nproc`` processes; what its ranks reported."""
+    from utils.launch import load_rank_results, run_torchrun
+    from utils.paths import NOTEBOOKS_DIR
+
+    if (source, nproc) in _exercise_3_runs:
+        return _exercise_3_runs[source, nproc]
+    runs = NOTEBOOKS_DIR / "runs"
+    runs.mkdir(exist_ok=True)
+    first = _HEADER.count("\n") + 1
+    path = runs / PROGRAM
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(_HEADER + source + _FOOTER.format(first=first, last=first + source.count("\n") - 1), "utf-8")
+    os.replace(tmp, path)  # another process checking at the same time never runs half a file
+    ckpt, out = work / "ckpt", work / f"out{nproc}"
+    result = run_torchrun(
+        path,
+        nproc=nproc,
+        args=["--ckpt", ckpt, "--out", out],
+        timeout=_TIMEOUT_S,
+        check=False,
+    )
+    ranks = load_rank_results(out) if out.is_dir() and any(out.glob("rank*.pt")) else {}
+    run = {
+        "ranks": ranks,
+        "timed_out": result.timed_out,
+        "failed": result.returncode != 0 or len(ranks) != nproc,
+        "stderr": (result.stderr.strip().splitlines() or ["no message"])[-1][:300],
+        "seconds": result.wall_s,
+    }
+    if nproc == 2 and not run["failed"] and ranks[0].get("files"):
+        run["read_here"] = _read_here(ckpt, ranks[0])
+    _exercise_3_runs[source, nproc] = run
+    return run
+
+
+def _read_here(ckpt: Path, rank0: dict) -> dict:
+    """Read the learner's checkpoint in this process, without a process group (section 2's 2 → 1): which keys and
+    chunks it holds, and whether its model and Adam entries are the trained model's."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    meta = dcp.FileSystemReader(ckpt).read_metadata()
+    keys = sorted(meta.state_dict_metadata)
+    chunks = {
+        k: [tuple(c.sizes) for c in md.chunks] for k, md in meta.state_dict_metadata.items() if hasattr(md, "chunks")
+    }
+    files = {}
+    for index, info in meta.storage_data.items():
+        files.setdefault(index.fqn, set()).add(info.relative_path)
+    found = {"keys": keys, "chunks": chunks, "files": {k: sorted(v) for k, v in files.items()}}
+    wanted = {k: torch.empty(_LAYERS[k[6:]]) for k in keys if k.startswith("model.") and k[6:] in _LAYERS}
+    wanted |= {
+        k: torch.empty(_LAYERS[k[12:-8]])
+        for k in keys
+        if k.startswith("optim.state.") and k.endswith(".exp_avg") and k[12:-8] in _LAYERS
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled": what section 2 showed
+        dcp.load(wanted, checkpoint_id=ckpt)
+    found["model_equal"] = {
+        k[6:]: torch.equal(v, rank0["full"][k[6:]]) for k, v in wanted.items() if k.startswith("model.")
+    }
+    found["adam_equal"] = {
+        k[12:-8]: torch.equal(v, rank0["exp_avg"][k[12:-8]]) for k, v in wanted.items() if k.startswith("optim.")
+    }
+    return found
+
+
+_NAME_ERROR = re.compile(r"name '(\w+)' is not defined")
+
+
+def _error_hint(error: dict, nproc: int) -> None:
+    said = f"{error['type']}{error['where']}: {error['message']}"
+    on = f"on {nproc} process{'es' * (nproc > 1)}"
+    if error["function"].startswith("the check"):
+        hint(f"{on}, {error['function']} raised {said}: is every parameter sharded with `fully_shard`?", ZERO)
+    if error["type"] == "NameError" and (m := _NAME_ERROR.search(error["message"])):
+        hint(
+            f"{on}, `{error['function']}` raised {said}. The program holds only the exercise's cell, after "
+            f"`import torch` and `import torch.nn as nn`: import `{m.group(1)}` in that cell (section 1's script "
+            "shows the imports)",
+            ZERO,
+        )
+    hint(f"{on}, `{error['function']}` raised {said}", ZERO if error["function"] == "shard" else DCP)
+
+
+def _judge_shard(rank: dict) -> None:
+    params = rank["params"]
+    plain = [n for n, f in params.items() if f[0] != "DTensor"]
+    if len(plain) == len(params):
+        hint(
+            "after `shard(model, mesh)` every parameter is still a plain tensor, whole on each rank: `fully_shard("
+            "module, mesh=mesh)` replaces a module's parameters by DTensor shards",
+            ZERO,
+        )
+    if plain:
+        hint(f"`{plain[0]}` is still a whole tensor on each rank, while other parameters are sharded", ZERO)
+    for name, (_, placements, mesh_size, _, _) in params.items():
+        expect(
+            mesh_size == 2,
+            f"`{name}` is sharded over {mesh_size} rank(s): shard on the mesh the check passes (2 ranks)",
+            ZERO,
+        )
+        expect(
+            placements == ("Shard(dim=0)",),
+            f"`{name}` has placements {placements}: FSDP2 cuts every parameter along dimension 0, `Shard(0)`; keep "
+            "fully_shard's default",
+            ZERO,
+        )
+    units = set(rank["units"])
+    if units >= {""} and not units & set(UNITS[1:]):
+        hint(
+            "only the whole model is an FSDP unit: each forward all-gathers every parameter at once, so a rank needs "
+            "memory for the full model; make each `nn.Linear` its own unit first (gathered only while it runs), "
+            "then the root",
+            ZERO,
+        )
+    if "" not in units:
+        hint(
+            "the Linear layers are FSDP units but the model itself is not: call `fully_shard` on the whole model "
+            "after its layers (the root picks up the parameters left over and starts each step)",
+            ZERO,
+        )
+    if missing := [u for u in UNITS[1:] if u not in units]:
+        hint(
+            f"`model[{missing[0]}]`, an `nn.Linear`, is not its own FSDP unit: shard every Linear of the model the "
+            "check passes (find them by their type, not by their position in section 1's model)",
+            ZERO,
+        )
+
+
+def _judge_training(rank: dict) -> None:
+    counts = rank["counts"]
+    ag, rs = counts.get("_allgather_base_", 0), counts.get("_reduce_scatter_base_", 0)
+    if ag == 3 and rs == 3:
+        hint(
+            "one training step ran 3 all-gathers, not 6: the layers stayed gathered from forward to backward "
+            "(`reshard_after_forward=False`, more memory); keep the default, which frees them after forward",
+            ZERO,
+        )
+    expect(
+        (ag, rs) == (6, 3),
+        f"one training step of your sharded model ran {ag} all-gathers and {rs} reduce-scatters; with 3 units "
+        "(and the root) FSDP2 runs 6 and 3",
+        ZERO,
+    )
+    expect(
+        rank["diff"] < 1e-5,
+        f"after 2 Adam steps your sharded model differs from the 1-process reference by {rank['diff']:.2g}: shard "
+        "in float32, without a mixed-precision policy",
+        ZERO,
+    )
+
+
+def _judge_save(rank: dict, here: dict | None) -> None:
+    files = rank["files"]
+    expect(
+        bool(files),
+        "`save` wrote nothing into `folder`: give `dcp.save` the folder as its `checkpoint_id`",
+        DCP,
+    )
+    expect(
+        here is not None and ".metadata" in files,
+        f"`folder` holds {files}, not a distributed checkpoint (a `.metadata` file and one `.distcp` file per "
+        "rank): write it with `dcp.save`",
+        DCP,
+    )
+    keys = here["keys"]
+    if any(k in keys for k in _LAYERS) or not any(k.startswith("model.") for k in keys):
+        hint(
+            f'the checkpoint\'s keys are {keys[:4]}...: save `{{"model": ..., "optim": ...}}` as section 2 did, so '
+            "that the model's entries are `model.0.weight`, ...",
+            DCP,
+        )
+    if not any(k.startswith("optim.state.") for k in keys):
+        hint(
+            "the checkpoint has no optimizer state: a training checkpoint holds Adam's `exp_avg` and `exp_avg_sq` "
+            "too (notebook 06); `get_state_dict(model, optimizer)` returns both state dicts",
+            DCP,
+        )
+    if any(re.match(r"optim\.state\.\d+\.exp_avg$", k) for k in keys):
+        hint(
+            "the optimizer's state is keyed by numbers (`optim.state.0.exp_avg`): `optimizer.state_dict()` names "
+            "parameters by position; `get_state_dict(model, optimizer)` keys them by parameter name, which any "
+            "model with the same names can load",
+            DCP,
+        )
+    for name in _LAYERS:
+        for key in (f"model.{name}", f"optim.state.{name}.exp_avg"):
+            expect(key in keys, f"the checkpoint has no `{key}`: save the whole model and optimizer state", DCP)
+        rows = [c[0] for c in here["chunks"][f"model.{name}"]]
+        expect(
+            len(rows) == 2,
+            f"`model.{name}` was written as {len(rows)} piece(s) of {rows} rows, not as the 2 ranks' shards: "
+            "pass `dcp.save` the sharded state dict, each rank its own rows",
+            DCP,
+        )
+        expect(
+            len(here["files"][f"model.{name}"]) == 2,
+            f"`model.{name}` is all in {here['files'][f'model.{name}']}: each rank should write its own shard",
+            DCP,
+        )
+        expect(
+            here["model_equal"][name] and here["adam_equal"][name],
+            f"read in this process, the checkpoint's `{name}` (or its Adam state) is not the trained model's: save "
+            "the model and optimizer that `save` gets",
+            DCP,
+        )
+
+
+def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
+    on = f"on {nproc} process{'es' * (nproc > 1)}"
+    made, reads = rank["made"], rank["reads"]
+    expect(made, "`load` did not call `make_model()`: build the new model with it (the check passes it)", DCP)
+    expect(
+        made[0] == "meta",
+        '`make_model()` ran outside `with torch.device("meta"):`, so every rank created the whole model in memory; '
+        "a model too big for one device cannot be created whole: build it on the meta device, shard it, then "
+        "allocate only the shards with `to_empty`",
+        DCP,
+    )
+    expect(reads, "`load` never called `dcp.load`: it reads the checkpoint, in place, into the state dict you give it")
+    asked = reads[-1]
+    whole = [k for k, (kind, _, shape) in asked.items() if kind == "Tensor" and len(shape) > 0]
+    if nproc == 2 and whole:
+        hint(
+            f"each rank asked `dcp.load` for whole tensors (`{whole[0]}` as a plain tensor of shape "
+            f"{asked[whole[0]][2]}), so every rank read the full model: shard the fresh model first, and load into "
+            "its own state dict (`get_model_state_dict`), whose DTensors tell each rank which rows to read",
+            DCP,
+        )
+    expect(
+        rank["returned"] != "NoneType",
+        "`load` returned None: did you forget `return`? It returns the loaded model",
+    )
+    expect("loaded_params" in rank, f"`load` should return the model, not a {rank['returned']}", DCP)
+    expect(
+        rank["built_by_make_model"],
+        "`load` returned a model that its `make_model()` call did not build: return the new model, filled from "
+        "the checkpoint (a model kept from training proves nothing about the checkpoint)",
+        DCP,
+    )
+    params = rank["loaded_params"]
+    expect(
+        all(f[0] == "DTensor" for f in params.values()),
+        f"{on}, the model `load` returned is not sharded: shard it on the mesh the check passes",
+        DCP,
+    )
+    for name, (_, _, mesh_size, local, shape) in params.items():
+        expect(
+            mesh_size == nproc and local == tuple(_chunk_rows(torch.empty(shape), nproc)[r].shape),
+            f"{on}, `{name}` of the loaded model is sharded over {mesh_size} rank(s): use the mesh the check passes",
+            DCP,
+        )
+    for name, value in rank["loaded"].items():
+        expect(
+            value.device.type != "meta",
+            f"{on}, `{name}` of the loaded model is still on the meta device, without memory: `to_empty(device=...)` "
+            "after sharding gives each rank memory for its shards",
+            DCP,
+        )
+        expect(
+            torch.equal(value, saved[name]),
+            f"{on}, `{name}` of the loaded model is not the checkpoint's: `dcp.load` fills the state dict you give "
+            "it, in place; then `set_model_state_dict` copies it into the model",
+            DCP,
+        )
+
+
+@EXERCISES.exercise(3, "Shard, save and reload a model on 2 processes (write a program)", DCP)
+def sharded_program(shard, save, load):
+    functions = {"shard": shard, "save": save, "load": load}
+    stubs = [name for name, fn in functions.items() if _is_stub(fn)]
+    if len(stubs) == len(functions):
+        raise NotImplementedError
+    if stubs:
+        hint(f"`{stubs[0]}` still raises NotImplementedError: the program calls all three functions")
+    source = _cell_source(functions)
+    _static_hints(shard, save, load)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as work:
+        run = _launch(source, 2, Path(work))
+    if run["timed_out"]:
+        _exercise_3_runs.pop((source, 2))  # perhaps a busy machine: the next check launches again
+        hint(
+            f"the program did not finish in {_TIMEOUT_S:.0f} s: a collective that some ranks never call (an "
+            "`if rank == 0:` around `dcp.save`, say) leaves the others waiting",
+            DCP,
+        )
+    ranks = run["ranks"]
+    if errors := [r["error"] for r in ranks.values() if "error" in r]:
+        _error_hint(errors[0], 2)
+    if "params" in ranks.get(0, {}):
+        _judge_shard(ranks[0])
+    expect(not run["failed"], f"the program failed: {run['stderr']}")
+    _judge_training(ranks[0])
+    _judge_save(ranks[0], run.get("read_here"))
+    for r, rank in ranks.items():
+        _judge_load(rank, r, 2, ranks[0]["full"])
+    return (
+        "your program sharded, trained and saved on 2 processes, and loaded its checkpoint into a new model sharded "
+        f"on the 2 processes; this process read it too, without a process group ({run['seconds']:.0f} s of launch; "
+        f"`runs/{PROGRAM}` is the program, to run by hand with the command in its first lines)"
+    )
