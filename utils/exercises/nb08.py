@@ -445,8 +445,8 @@ def _program_checks(fn, source: str) -> None:
             hint(
                 f"`{name}` is still `...` (line {node.lineno} of the cell): "
                 + {
-                    "ddp": "wrap the model in `DDP(...)` (a CPU model takes no `device_ids`)",
-                    "sampler": "give the DataLoader this rank's shard with a `DistributedSampler` of the dataset",
+                    "ddp": "it is the model, wrapped as section 3's program wraps it (for a CPU model)",
+                    "sampler": "it gives the DataLoader this rank's shard of the dataset, as in section 3's program",
                 }.get(name, "replace the `...` with your code")
             )
     if refers_to(fn, "common.distributed"):
@@ -481,7 +481,7 @@ _FAILURES = [  # (pattern in the failed launch's output, hint)
         "`device_ids` is for a model on a GPU: a CPU model is wrapped with `DDP(model)`, no `device_ids`",
     ),
     (
-        r"NCCL|nccl",
+        r"ProcessGroupNCCL|NCCL is not available|nccl.*(GPU|CUDA)",
         'this program runs on the CPU, where the backend is gloo: `dist.init_process_group("gloo")` (NCCL needs a '
         "GPU for every process)",
     ),
@@ -556,14 +556,15 @@ def _train_one_process(epochs: list[list[int]], ranks: tuple[int, ...] = (0, 1))
     torch.manual_seed(SEED)  # rank 0's initial model, which DDP's constructor broadcast
     model = ToyModel()
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    for order in epochs:
-        shards = [order[r::2] for r in ranks]
-        for s in range(0, len(shards[0]), BATCH_SIZE):
-            rows = [i for shard in shards for i in shard[s : s + BATCH_SIZE]]
-            loss = F.mse_loss(model(x[rows]), y[rows])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    with torch.enable_grad():  # whatever grad mode the learner's kernel is in
+        for order in epochs:
+            shards = [order[r::2] for r in ranks]
+            for s in range(0, len(shards[0]), BATCH_SIZE):
+                rows = [i for shard in shards for i in shard[s : s + BATCH_SIZE]]
+                loss = F.mse_loss(model(x[rows]), y[rows])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
