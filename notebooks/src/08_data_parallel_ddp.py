@@ -25,7 +25,7 @@
 # runs as real processes on the CPU. The lesson grew out of a teacher's study notes written for PyTorch 1.x; the
 # last section lists what has changed since for readers who know them.
 #
-# **Study time:** about 180 min (20 of them for the exercises).
+# **Study time:** about 195 min (35 of them for the exercises).
 # Almost all of its run time is starting processes: five launches start 21 processes (16 workers, the restart of
 # section 6 included, and 5 `torchrun` agents), and each one imports PyTorch (about 2 s of CPU each); the training itself takes
 # milliseconds.
@@ -2024,12 +2024,15 @@ assert len(launch_seconds) == 5 and all(0 < s < 120 for s in launch_seconds.valu
 # %% [markdown]
 # ## Exercises (练习)
 #
-# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
-# notebook 07. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
-# below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
-# the stub is untouched. None of them starts a process: the distributed ideas are checked as plain functions, in
-# a second or two. This section does not depend on the lesson's cells: after a kernel restart, run its first cell
-# and go on. `make progress` lists which exercises of every notebook pass.
+# Four exercises: predict, write a function, a stretch that combines this notebook with notebook 07, then a DDP
+# program of your own, launched on 2 processes. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it
+# and run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read,
+# or *not attempted yet* while the stub is untouched. The first three start no process: the distributed ideas are
+# checked as plain functions, in a second or two. The check of exercise 4 runs your program with `torchrun` on 2
+# CPU processes, as section 3 runs `ddp_train.py` (5 to 15 s, most of it two processes importing PyTorch). This
+# section does not depend on the lesson's cells: after a kernel restart, run its first cell and go on.
+# `make progress` (without make, e.g. on Windows: `python tools/course.py progress`) lists which exercises of every
+# notebook pass.
 
 # %%
 import torch
@@ -2103,7 +2106,8 @@ ex.check(2, shard_indices)
 #
 # The stretch: the check also feeds activations around **10,000** with a spread of 1, in float32. Section 4's
 # E[x²] − E[x]² fails there (notebook 07, section 1: how many digits float32 keeps); find a merge that does not
-# subtract two huge numbers.
+# subtract two huge numbers. Computing in float64 is no way out: the check then feeds float64 activations around
+# 10¹⁶⁰, whose squares overflow even float64.
 
 
 # %%
@@ -2116,6 +2120,64 @@ def merge_bn_stats(
 
 # %%
 ex.check(3, merge_bn_stats)
+
+# %% [markdown]
+# ### Exercise 4 · A DDP program, launched on 2 processes
+#
+# Complete the DDP program below: the cell defines `main(out)`, the training of section 3's `ToyModel` on 64
+# samples, 3 epochs, batch 8 per rank, with the lines that make it distributed left as `...` (marked ✏️). Fill
+# them in as section 3's program does, for the CPU:
+#
+# 1. join the process group (the gloo backend: the program runs on the CPU, whatever the machine has);
+# 2. wrap the model in `DDP`;
+# 3. give each rank its shard of the dataset, shuffled (`DistributedSampler`'s default, seed 0);
+# 4. a different shuffle in every epoch;
+# 5. save `model.state_dict()` to `out / "model.pt"`, one file, written once;
+# 6. leave the process group, also when training fails.
+#
+# The check writes the whole cell to `runs/ex4_ddp.py`, adds a few lines that call `main` and note what each rank
+# did, runs it with `torchrun --standalone --nproc_per_node=2` and compares the saved model with one process
+# trained with batch 16 (Proof (1)). It also looks at each rank's shards, at who saved, and whether the ranks left
+# the group.
+
+
+# %%
+# ✏️ Exercise 4: replace each `...` marked ✏️ with a line of code (run this cell, then the check)
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: F401 - for your ✏️ lines
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler  # noqa: F401 - for your ✏️ lines
+
+from utils.ddp.exercise import ToyModel, make_dataset
+
+
+def main(out):
+    ...  # ✏️ join the process group (gloo)
+    rank = dist.get_rank()
+    try:
+        torch.manual_seed(rank)  # a different initial model on each rank
+        model = ToyModel()  # noqa: F841 - for your ✏️ lines
+        ddp = ...  # ✏️ wrap the model (a CPU model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+        dataset = make_dataset()  # 64 samples, the same on every rank
+        sampler = ...  # ✏️ this rank's shard of the dataset, shuffled
+        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+        for epoch in range(3):  # noqa: B007 - for your ✏️ line
+            ...  # ✏️ a different shuffle in every epoch
+            for x, y in loader:
+                loss = F.mse_loss(ddp(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        ...  # ✏️ rank 0 saves model.state_dict() to out / "model.pt"
+    finally:
+        ...  # ✏️ leave the process group
+
+
+# %%
+ex.check(4, main)
 
 # %% [markdown]
 # ## Summary

@@ -8,5 +8,7 @@ the FSDP2, checkpoint and tensor-parallel programs in notebook 09 (``%%writefile
 
 * :mod:`utils.ddp.common`: joining and always destroying the process group (``distributed()``),
   ``[rank N]`` report lines, result files (``save_result``) read back with
-  ``utils.launch.load_rank_results``.
+  ``utils.launch.load_rank_results``;
+* :mod:`utils.ddp.exercise`: the model, the data and the bookkeeping of notebook 08's exercise 4, a DDP program the
+  learner completes and its check launches.
 """

@@ -54,6 +54,11 @@ class Hint(Exception):
         self.section = section
 
 
+class NotAttempted(NotImplementedError):
+    """Raised by a check whose stub is untouched in another way than ``...`` or ``raise NotImplementedError`` (a
+    program with blanks, say): the check says *not attempted yet* with this message, which tells what to fill in."""
+
+
 def hint(message: str, section: str | None = None) -> None:
     """Stop the check with a hint (shorthand for ``raise Hint(...)``)."""
     raise Hint(message, section)
@@ -236,6 +241,8 @@ def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
     try:
         with _own_random_state(), _check_mode():
             remark = exercise.run(*answers)
+    except NotAttempted as exc:
+        return NOT_ATTEMPTED, str(exc)
     except NotImplementedError as exc:
         if _stub_raised(exc):
             return (
@@ -458,6 +465,7 @@ __all__ = [
     "Checker",
     "Exercise",
     "Hint",
+    "NotAttempted",
     "Registry",
     "attempted",
     "expect",
