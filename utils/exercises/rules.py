@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import textwrap
 import types
@@ -229,6 +230,33 @@ def counting_calls(owner: Any, name: str) -> Iterator[list[int]]:
             delattr(owner, name)
 
 
+@contextlib.contextmanager
+def tensor_hooks() -> Iterator[Counter]:
+    """Count the tensor hooks registered with ``Tensor.register_hook`` inside the block (``counts["registered"]``)
+    and how many times they ran (``counts["ran"]``, also after the block, while the tensors live). Hooks on graph
+    nodes (``grad_fn.register_prehook``) and module hooks are not seen: their classes cannot be patched."""
+    import torch
+
+    counts: Counter = Counter()
+    original = torch.Tensor.register_hook
+
+    def register_hook(self, hook):
+        counts["registered"] += 1
+
+        @functools.wraps(hook)
+        def counted(grad):
+            counts["ran"] += 1
+            return hook(grad)
+
+        return original(self, counted)
+
+    torch.Tensor.register_hook = register_hook
+    try:
+        yield counts
+    finally:
+        torch.Tensor.register_hook = original
+
+
 __all__ = [
     "autograd_runs",
     "counting_calls",
@@ -238,5 +266,6 @@ __all__ = [
     "python_loops",
     "refers_to",
     "syntax",
+    "tensor_hooks",
     "torch_calls",
 ]
