@@ -64,7 +64,16 @@ def channels_last_flat(fn):
         )
     g = torch.Generator().manual_seed(1)
     images = torch.randn(2, 3, 4, 5, generator=g)  # N, C, H, W with all sizes different
-    out = returns(fn, images)
+    try:
+        out = returns(fn, images)
+    except RuntimeError as err:
+        if "view size is not compatible" in str(err) and refers_to(fn, "transpose", "swapaxes", "mT"):
+            hint(
+                "`view` refused the transposed tensor, and `reshape` would not fix the real problem: "
+                "`transpose(1, 3)` gives (N, W, H, C), with W before H, so the pixels would come out in the wrong "
+                "order. Move C last while keeping H before W, then merge H and W"
+            )
+        raise
     expect(isinstance(out, torch.Tensor), f"return a tensor, not a {type(out).__name__}")
     expect(
         tuple(out.shape) == (2, 20, 3),

@@ -248,6 +248,16 @@ def _watch(layer: nn.Module):
         del layer.forward
 
 
+def _no_forward_hook():
+    hint(
+        "the layer ran with no forward hook on it, so the per-sample gradients came from somewhere else "
+        "(running the layers one by one, autograd once per sample, torch.func). This exercise practises "
+        "module hooks: they read a layer's input and output gradient from inside any model, as it is, "
+        "during one forward and one backward pass of the whole batch",
+        MODULE_HOOKS,
+    )
+
+
 def _operations(fn, model, layer, x) -> int:
     """How many torch operations the learner's function runs for the batch ``x`` (more for a larger batch: a loop)."""
     with torch_calls() as calls:
@@ -275,8 +285,13 @@ def per_sample_grads(fn):
     for model, layer, x, loss_fn, per_sample_loss in cases:
         n, n_out, n_in = len(x), layer.out_features, layer.in_features
         global_before = _global_hooks()
-        with _watch(layer) as seen, tensor_hooks() as hooks, autograd_runs() as runs:
-            g = returns(fn, model, layer, x, loss_fn)
+        try:
+            with _watch(layer) as seen, tensor_hooks() as hooks, autograd_runs() as runs:
+                g = returns(fn, model, layer, x, loss_fn)
+        except Exception:
+            if not seen["forward"] and refers_to(fn, "functional_call", "vmap", "func.grad"):
+                _no_forward_hook()  # torch.func on one sample at a time: cross_entropy's targets are the batch's
+            raise
         if _global_hooks() != global_before:
             _remove_global_hooks(global_before)  # undo what the answer left behind, for the learner's later cells
             hint(
@@ -338,13 +353,7 @@ def per_sample_grads(fn):
             BROADCASTING,
         )
         if not seen["forward"]:
-            hint(
-                "the layer ran with no forward hook on it, so the per-sample gradients came from somewhere else "
-                "(running the layers one by one, autograd once per sample, torch.func). This exercise practises "
-                "module hooks: they read a layer's input and output gradient from inside any model, as it is, "
-                "during one forward and one backward pass of the whole batch",
-                MODULE_HOOKS,
-            )
+            _no_forward_hook()
         if not (seen["backward"] or hooks["ran"]):
             hint(
                 "no backward hook caught grad_output: take it from a full backward hook on the layer (or a tensor "

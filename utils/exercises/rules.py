@@ -105,15 +105,39 @@ def _trees(fn: Any) -> Iterator[tuple[str, ast.AST]]:
 
 
 def python_loops(fn: Any) -> list[str]:
-    """The Python loops in ``fn`` and in the learner's functions it calls, e.g. ``["a `for` loop in `nearest`"]``."""
+    """The Python loops in ``fn`` and in the learner's functions it calls, e.g. ``["a `for` loop in `nearest`"]``.
+    A bare ``reduce(...)`` or ``map(...)`` counts only when it is the builtin or functools'/itertools' one (einops'
+    ``reduce`` is a tensor operation)."""
     found = []
-    for name, tree in _trees(fn):
+    for f in functions_reached(fn):
+        tree = syntax(f)
+        if tree is None:
+            continue
         for node in ast.walk(tree):
             if type(node) in LOOP_NODES:
-                found.append(f"{LOOP_NODES[type(node)]} in `{name}`")
+                found.append(f"{LOOP_NODES[type(node)]} in `{f.__name__}`")
             elif isinstance(node, ast.Call) and _dotted(node.func) in LOOPING_CALLS:
-                found.append(f"`{_dotted(node.func)}(...)` in `{name}`")
+                if _looping_origin(_dotted(node.func), f, tree):
+                    found.append(f"`{_dotted(node.func)}(...)` in `{f.__name__}`")
     return found
+
+
+_LOOPING_MODULES = {"builtins", "functools", "_functools", "itertools"}
+
+
+def _looping_origin(name: str, f: types.FunctionType, tree: ast.AST) -> bool:
+    """Whether the called ``name`` is Python's looping builtin (or functools'/itertools'), not a namesake such as
+    ``einops.reduce``; when its origin cannot be told, it counts as a loop."""
+    if "." in name:
+        return True
+    for node in ast.walk(tree):  # imported inside the function
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            return (node.module or "").split(".")[0] in _LOOPING_MODULES
+    value = f.__globals__.get(name)
+    if value is None:
+        return True  # the builtin (or a name the check cannot see)
+    module = getattr(value, "__module__", None) or ""
+    return module.split(".")[0] in _LOOPING_MODULES or module == ""
 
 
 def _dotted(node: ast.AST) -> str | None:
