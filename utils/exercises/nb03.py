@@ -289,6 +289,7 @@ def per_sample_grads(fn):
             with _watch(layer) as seen, tensor_hooks() as hooks, autograd_runs() as runs:
                 g = returns(fn, model, layer, x, loss_fn)
         except Exception:
+            _remove_global_hooks(global_before)  # a global hook left behind by the failed call would fire everywhere
             if not seen["forward"] and refers_to(fn, "functional_call", "vmap", "func.grad"):
                 _no_forward_hook()  # torch.func on one sample at a time: cross_entropy's targets are the batch's
             raise
@@ -301,8 +302,8 @@ def per_sample_grads(fn):
                 MODULE_HOOKS,
             )
         leftover = sum(
-            len(hooks)
-            for hooks in (
+            len(registered)
+            for registered in (
                 layer._forward_hooks,
                 layer._forward_pre_hooks,
                 layer._backward_hooks,
