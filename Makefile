@@ -1,29 +1,30 @@
 # torch-course: `make lab` to learn, `make test` to check. See README.md.
 # The venv, lab and test recipes are tools/course.py, which also runs them without make (Windows).
 SHELL := /bin/bash
-# The course runs on Python 3.10 to 3.13. PYTHONS_FOUND lists those whose interpreter starts (a pyenv
+# The course runs on Python 3.10 to 3.14. PYTHONS_FOUND lists those whose interpreter starts (a pyenv
 # shim exists for every installed version, active or not, so `command -v` is not enough), newest first.
 # `make lab` and `make test` build .venv with the newest; `make PYTHON=python3.10 test` picks another.
-PYTHONS_FOUND = $(shell for v in 3.13 3.12 3.11 3.10; do python$$v -c '' 2>/dev/null && echo $$v; done; true)
+PYTHONS_FOUND = $(shell for v in 3.14 3.13 3.12 3.11 3.10; do python$$v -c '' 2>/dev/null && echo $$v; done; true)
 PYTHON ?= $(addprefix python,$(firstword $(PYTHONS_FOUND)))
 VENV ?= .venv
 PY := $(VENV)/bin/python
-COURSE = $(or $(PYTHON),$(error none of python3.10 .. python3.13 runs here: install one, or name it: make PYTHON=/path/to/python3.X $(MAKECMDGOALS))) tools/course.py --venv $(VENV)
+COURSE = $(or $(PYTHON),$(error none of python3.10 .. python3.14 runs here: install one, or name it: make PYTHON=/path/to/python3.X $(MAKECMDGOALS))) tools/course.py --venv $(VENV)
 # Notebooks side by side; JOBS=1 runs one at a time. The default is JOBS in tools/course.py.
 JOBS ?=
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS))
 NB ?=
 
-.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-browser site progress execute sync check clean distclean
+.PHONY: help venv lock lab test test-pythons test-portable test-lax test-gpu test-learner test-opened-alone test-browser site progress execute sync check clean distclean
 help:
 	@echo "make lab       create/refresh .venv and open JupyterLab on the lessons' start page"
 	@echo "make test      create/refresh .venv, run unit tests and every notebook under nbval"
 	@echo "make execute   re-run notebooks and store fresh outputs (NB=01 for one notebook)"
 	@echo "make sync      copy prose edits of the .py sources into the .ipynb, run nothing; regenerate the syllabus pages"
-	@echo "make test-pythons  run make test once per Python 3.10-3.13 found, each in its own .venv-3.X"
+	@echo "make test-pythons  run make test once per Python 3.10-3.14 found, each in its own .venv-3.X"
 	@echo "make test-portable  re-run every notebook under other numeric configurations (outputs compared)"
 	@echo "make test-lax  asserts only, on the best device (ARM laptops, CUDA, MPS); test-gpu is the same"
 	@echo "make test-learner  run every notebook as a learner does: all cores, warnings shown, no comparison"
+	@echo "make test-opened-alone  every lesson opened alone in a venv without the course (make test does 01, 04, 08)"
 	@echo "make site      build the course's website into build/site/ (offline, from the stored outputs)"
 	@echo "make test-browser  make site, then JupyterLab, an exercise and the website in headless Chromium (installs it if missing)"
 	@echo "make progress  which exercises pass, per notebook (NB=01 for one notebook)"
@@ -49,7 +50,7 @@ test:
 # version runs to the end, then the failed ones are named. Outputs that differ between Python versions
 # without being the lesson are normalised in tests/sanitize.cfg.
 test-pythons:
-	@[ -n "$(PYTHONS_FOUND)" ] || { echo "make test-pythons: none of python3.10 .. python3.13 runs here"; exit 1; }
+	@[ -n "$(PYTHONS_FOUND)" ] || { echo "make test-pythons: none of python3.10 .. python3.14 runs here"; exit 1; }
 	@failed=; for v in $(PYTHONS_FOUND); do \
 	  echo "== Python $$v: make test in .venv-$$v"; SECONDS=0; \
 	  $(MAKE) --no-print-directory test VENV=.venv-$$v PYTHON=python$$v || failed="$$failed $$v"; \
@@ -69,6 +70,11 @@ test-lax:
 	TORCH_COURSE_GPU=1 $(COURSE) test --jobs 1 -- --nbval-lax notebooks
 
 test-gpu: test-lax
+
+# Each lesson copied alone into an empty folder and run by a venv without the course: its setup cell fetches
+# the course from a local clone (tests/test_opened_alone.py); make test runs three of them.
+test-opened-alone:
+	TORCH_COURSE_OPENED_ALONE=all $(COURSE) test --jobs 1 tests/test_opened_alone.py
 
 test-learner: venv
 	$(PY) -m tools.notebooks learner $(NB)

@@ -183,9 +183,7 @@ def _double(fn):
 def test_judge_reports_every_status_without_a_traceback():
     assert judge(TOY, 1, ...)[0] == NOT_ATTEMPTED
 
-    def stub(x):
-        raise NotImplementedError("your code here")
-
+    stub = _cell_function('def stub(x):\n    raise NotImplementedError("your code here")\n', "stub")
     assert judge(TOY, 1, stub)[0] == NOT_ATTEMPTED
     assert judge(TOY, 1, lambda x: 2 * x) == (CORRECT, "")
     status, message = judge(TOY, 1, lambda x: x)
@@ -284,3 +282,134 @@ def test_the_manifest_names_every_exercise_as_the_checks_do(py):
     for e in listed:
         title = re.sub(r" \((predict|write a \w+|stretch)\)$", "", registered[e.number].title)
         assert e.title == title, f"course.toml, lesson {py.stem[:2]}, exercise {e.number}: {e.title!r} != {title!r}"
+
+
+def _cell_function(source: str, name: str):
+    """A function defined in a notebook cell (its file name is the cell's, as in IPython)."""
+    cell: dict = {}
+    exec(compile(source, "<cell>", "exec"), cell)
+    return cell[name]
+
+
+def test_an_attempted_answer_that_raises_not_implemented_is_not_yet_not_unattempted():
+    """E8: only the stub's own `raise NotImplementedError` means "not attempted"; nn.Module's for a misspelt
+    forward, or an operator's for a tensor it does not support, is the answer's error."""
+    import torch
+    from torch import nn
+
+    class Misspelt(nn.Module):
+        def foward(self, x):
+            return x
+
+    status, message = judge(TOY, 1, lambda x: Misspelt()(torch.ones(1)))
+    assert status == WRONG and 'missing the required "forward" function' in message, message
+
+
+def test_an_answer_that_exits_gets_one_line():
+    """E3a: sys.exit() in an answer is reported like any other error, never a raw SystemExit."""
+    import sys
+
+    status, message = judge(TOY, 1, lambda x: sys.exit("done"))
+    assert status == WRONG and "SystemExit" in message and "done" in message, message
+
+
+def test_a_check_runs_with_gradients_on_whatever_the_learner_set():
+    """E4: an earlier `torch.set_grad_enabled(False)` does not fail a right answer, and stays the learner's."""
+    import torch
+
+    py = SOURCES[1]  # 02 autograd
+    if not SOLUTIONS_DIR.is_dir():
+        pytest.skip("no solutions/")
+    chosen = {n: e["solution"][0] for n, e in solutions(py.stem).items()}
+    output = run_sources(["import torch\ntorch.set_grad_enabled(False)", *replaced(section(py), chosen)])
+    assert all("✓ correct" in line for line in check_lines(output).values()), output
+    torch.set_grad_enabled(True)
+
+
+@TOY.exercise(4, "a number", "section A")
+def _a_number(value):
+    from utils.exercises import number_answer
+
+    number_answer(value, "RANK")
+
+
+def test_a_huge_wrong_answer_gives_a_short_hint():
+    """E2: a hint quoting the answer stays short."""
+    status, message = judge(TOY, 4, list(range(1_000_000)))
+    assert status == WRONG and len(message) < 800 and message.startswith("RANK should be a number"), message[:300]
+
+
+def test_wrong_exercise_numbers_and_notebooks_get_one_line(capsys):
+    """E6: an unknown exercise, a missing answer or a wrong notebook number is one clear line, no traceback."""
+    ex = Checker(1, quiet=True)  # an int is read as "01"
+    assert ex.notebook == "01"
+    ex.check(7, 1)
+    assert capsys.readouterr().out.startswith("There is no exercise 7 in notebook 01: its exercises are 1, 2, 3")
+    ex.check(2)
+    assert "takes 1 answer(s) after the exercise number, got 0" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="this course has no exercises for a notebook 13"):
+        Checker("13")
+
+
+def test_an_emptied_registry_is_rebuilt_by_a_new_checker():
+    """E5a: `ex.registry.exercises.clear()` in a cell; a new Checker recovers without a kernel restart."""
+    ex = Checker("01", quiet=True)
+    saved = dict(ex.registry.exercises)
+    ex.registry.exercises.clear()
+    try:
+        assert sorted(Checker("01", quiet=True).registry.exercises) == sorted(saved)
+    finally:
+        import utils.exercises.nb01 as nb01
+
+        nb01.EXERCISES.exercises.update(saved)  # the tests' modules see the same registry again
+
+
+def _saved_with(tmp_path, replacements: dict[int, str]) -> Path:
+    py = SOURCES[0]
+    nb = read_notebook(notebook_path(py))
+    for cell in exercise_cells(nb, py.name):
+        if (n := stub_number(cell.source)) in replacements:
+            cell.source = replacements[n]
+    jupytext.write(nb, tmp_path / py.with_suffix(".ipynb").name)
+    return tmp_path
+
+
+@needs_solutions
+@pytest.mark.parametrize(
+    "stub_2",
+    [
+        "# ✏️ Exercise 2\nimport sys\nsys.exit()",
+        "# ✏️ Exercise 2\nraise SystemExit(0)",
+        "# ✏️ Exercise 2\nimport torch\nex = torch.randn(3)  # an example tensor",
+        "# ✏️ Exercise 2\ndel ex",
+    ],
+    ids=["sys.exit", "SystemExit", "ex rebound", "ex deleted"],
+)
+def test_progress_never_drops_an_exercise(tmp_path, stub_2):
+    """E3b, E5b: a stub that exits or replaces `ex` leaves every exercise in the table, the others still checked."""
+    right_3 = solutions(SOURCES[0].stem)[3]["solution"][0]
+    table = progress(folder=_saved_with(tmp_path, {2: stub_2, 3: right_3}))
+    row = re.search(rf"^{SOURCES[0].stem}\s+(.*)$", table, re.M).group(1)
+    assert row.split()[0] == "1○" and row.split()[1] in ("2✗", "2?") and row.split()[2] in ("3✓", "3?"), table
+    assert "of 3 exercises correct." in table, table
+    if "3?" in row:  # `ex` gone: the check cell of exercise 3 raised, and the table says why
+        assert re.search(r"exercise 3: its check cell raised \w+Error: .*`ex` was replaced or deleted", table), table
+
+
+@needs_solutions
+def test_progress_names_a_damaged_notebook_in_one_line(tmp_path):
+    """E7: a half-saved notebook is one line that names the fix; the table goes on."""
+    folder = _saved_with(tmp_path, {})
+    path = folder / SOURCES[0].with_suffix(".ipynb").name
+    path.write_text(path.read_text(encoding="utf-8")[:5000], encoding="utf-8")
+    table = progress(folder=folder)
+    assert re.search(rf"^{SOURCES[0].stem}\s+cannot be read \(.*git checkout -- notebooks/", table, re.M), table
+
+
+@needs_solutions
+def test_progress_keeps_what_ran_before_an_endless_check(tmp_path):
+    """E1b: a stub that never ends costs its notebook the timeout, not the results of the exercises before it."""
+    right_1 = solutions(SOURCES[0].stem)[1]["solution"][0]
+    table = progress(folder=_saved_with(tmp_path, {1: right_1, 2: "# ✏️ Exercise 2\nwhile True:\n    pass"}), timeout=25)
+    assert re.search(rf"^{SOURCES[0].stem}\s+1✓  2\?  3\?$", table, re.M), table
+    assert "exercise 2, 3 not checked: its exercises ran longer than 25 s" in table, table

@@ -32,7 +32,7 @@ BROWSER_LOCK = ROOT / "requirements-browser.txt"
 """The lock with the ``browser`` (Playwright) and ``site`` (MkDocs) extras added: the same pins plus theirs."""
 UV = "uv==0.13.9"
 """The installer bootstrapped when uv is not on the PATH, pinned: the options used here are uv 0.13's."""
-SUPPORTED_PYTHONS = ((3, 10), (3, 13))
+SUPPORTED_PYTHONS = ((3, 10), (3, 14))
 """The oldest and newest Python the course runs on (pyproject.toml's requires-python; `make test-pythons`)."""
 JOBS = 2
 """Notebooks run side by side by ``make test`` and ``make execute``: one per core of the 2-core course machine."""

@@ -44,7 +44,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from tools.syllabus import README, run_seconds, shown_seconds, syllabus_table
+from tools.syllabus import README, colab_url, run_seconds, shown_seconds, syllabus_table
 from utils.paths import REPO_ROOT
 from utils.syllabus import course
 from utils.syllabus import lessons as course_lessons
@@ -170,10 +170,15 @@ def stage_lesson(path: Path, terms: dict[str, list[Term]], dest: Path) -> None:
     timing = f"Study time about {lesson.study_minutes} min" + (
         f"; its cells ran in {shown_seconds(seconds)} s on a 2-core CPU" if seconds is not None else ""
     )
+    colab = colab_url(lesson)
+    alone = (
+        f' (opened alone, its first cell fetches the rest of the course) · <a href="{colab}">Open in Colab</a>'
+        if colab
+        else f' (it runs inside <a href="downloads/{COURSE_ZIP}">the course</a>)'
+    )
     link = nbformat.v4.new_markdown_cell(
         f'<p class="download">{timing}. Download this lesson: <a href="downloads/{path.name}" download>'
-        f'{path.name}</a> (it runs inside <a href="downloads/{COURSE_ZIP}">the course</a>) ·'
-        ' <a href="run_locally.html">run it yourself</a></p>'
+        f'{path.name}</a>{alone} · <a href="run_locally.html">run it yourself</a></p>'
     )
     # after the title, so that the page's title stays the notebook's first heading
     title, _, rest = nb.cells[0].source.partition("\n")
@@ -281,17 +286,24 @@ def run_locally_page(readme: str) -> str:
     learners = re.search(r"\*\*For learners\.\*\* (.*?)\n\*\*For teachers\.\*\*", readme, re.S)
     if not (commands and learners):
         raise ValueError("README.md: no '## Two commands' code block, or no '**For learners.**' paragraph")
+    alone = (
+        "A lesson's own `.ipynb` (the download link at the top of each lesson) also runs alone, in any Jupyter "
+        "with Python 3.10 or newer, or in Colab: its first cell fetches the rest of the course (its `utils/` "
+        f"package, its `data/` and the packages it pins) from {course().repository}."
+        if course().repository
+        else "A lesson's own `.ipynb` (the download link at the top of each lesson) runs inside the course only: "
+        "every lesson imports the course's `utils/` package and reads its `data/` (this copy of the course names "
+        "no repository its first cell could fetch them from)."
+    )
     return f"""# Run the course yourself
 
 The pages of this site are the lessons with their stored outputs; to run the code, change it and do the
-exercises, run the course on your own machine. It needs Python 3.10 to 3.13, `make` and access to the Python
+exercises, run the course on your own machine. It needs Python 3.10 to 3.14, `make` and access to the Python
 package registry (it installs PyTorch and JupyterLab into its own `.venv`); no GPU.
 
 ## 1. Get the course
 
-Download [the course](downloads/{COURSE_ZIP}) (everything but the teachers' solutions) and unzip it. A
-lesson's own `.ipynb` (the download link at the top of each lesson) does not run alone: every lesson imports
-the course's `utils/` package and reads its `data/`.
+Download [the course](downloads/{COURSE_ZIP}) (everything but the teachers' solutions) and unzip it. {alone}
 
 ## 2. Two commands
 

@@ -6,17 +6,20 @@ Generated, never edited by hand (``tests/test_syllabus.py`` fails when one drift
 * the README's syllabus, between :data:`BEGIN` and :data:`END`;
 * the start page JupyterLab opens on, ``notebooks/00_start_here.md``, with each lesson's measured run time, read
   from its notebook's metadata (where ``make execute`` writes it, and nowhere else);
-* the solutions index, ``solutions/README.md``, with as many exercise columns as the longest lesson has.
+* the solutions index, ``solutions/README.md``, with as many exercise columns as the longest lesson has;
+* each lesson's setup cell, its first code cell (:func:`setup_cell`): it does nothing in the course, and opened
+  alone it fetches the course from the repository that ``course.toml`` names (:mod:`tools.opened_alone`).
 
 Command line::
 
-    python -m tools.syllabus          # rewrite the three (make sync does it too)
+    python -m tools.syllabus          # rewrite them (make sync does it too)
     python -m tools.syllabus --check  # list the ones that are out of date
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -52,10 +55,30 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+COLAB_BRANCH = "main"
+"""The branch Colab opens a lesson from (its links name one)."""
+
+
+def colab_url(lesson: Lesson) -> str | None:
+    """ "Open in Colab" for a lesson, when course.toml names a GitHub repository (None otherwise)."""
+    repository = course().repository.rstrip("/").removesuffix(".git")
+    if not repository.startswith("https://github.com/"):
+        return None
+    path = repository.removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{path}/blob/{COLAB_BRANCH}/notebooks/{lesson.ipynb}"
+
+
+def with_colab(link: str, lesson: Lesson) -> str:
+    """A lesson's link (its notebook: a click opens or downloads it), followed by "Colab" when there is one."""
+    colab = colab_url(lesson)
+    return link + (f" · [Colab]({colab})" if colab else "")
+
+
 def readme_block() -> str:
     """The README's syllabus: links to the notebooks, what each teaches, study time, what changes on a GPU."""
     rows = [
-        f"| {x.nn} | [{x.short}](notebooks/{x.ipynb}) | {_cell(x.teaches)} | {x.study_minutes} min | {_cell(x.gpu)} |"
+        f"| {x.nn} | {with_colab(f'[{x.short}](notebooks/{x.ipynb})', x)} | {_cell(x.teaches)} "
+        f"| {x.study_minutes} min | {_cell(x.gpu)} |"
         for x in lessons()
     ]
     return "\n".join(
@@ -94,7 +117,8 @@ def syllabus_table(link=lambda x: x.ipynb) -> tuple[str, str]:
     target (the notebook's file name: relative to ``notebooks/`` and to the website's pages)."""
     marks: dict[str, str] = {}
     rows = [
-        f"| {x.nn} | [{x.short}]({link(x)}) | {_cell(x.teaches)} | {x.study_minutes} min | {run_time(x, marks)} |"
+        f"| {x.nn} | {with_colab(f'[{x.short}]({link(x)})', x)} | {_cell(x.teaches)} | {x.study_minutes} min "
+        f"| {run_time(x, marks)} |"
         for x in lessons()
     ]
     table = "\n".join(["| # | lesson | what it teaches | study time | run time |", "|---|---|---|---|---|", *rows])
@@ -152,9 +176,52 @@ def solutions_index() -> str:
     )
 
 
+SETUP_FIRST_LINE = "# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or"
+
+
+def setup_cell() -> str:
+    """A lesson's first code cell: nothing in the course; opened alone, it fetches the course and runs in it
+    (:mod:`tools.opened_alone`), from the repository that course.toml names."""
+    repository = course().repository
+    return f"""{SETUP_FIRST_LINE}
+# downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
+# COURSE and runs this notebook inside it.
+try:
+    import utils.syllabus  # noqa: F401 - the course's helpers: found when this notebook runs in its course
+except ModuleNotFoundError:
+    import os
+    from pathlib import Path
+    from urllib.request import urlopen
+
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", {json.dumps(repository)})  # where the course lives
+    beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
+    if not (beside.is_file() or COURSE):
+        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+    raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
+    code = beside.read_bytes() if beside.is_file() else urlopen(f"{{COURSE}}{{raw}}/tools/opened_alone.py").read()
+    exec(code, {{"__name__": "opened_alone", "COURSE": COURSE}})
+"""
+
+
+def with_setup_cell(source: str) -> str:
+    """A lesson's jupytext source with its setup cell as :func:`setup_cell` writes it (put right after the
+    lesson's first cell when missing)."""
+    cells = re.split(r"(?m)^(?=# %%)", source)
+    cell = "# %%\n" + setup_cell() + "\n"
+    found = [i for i, c in enumerate(cells) if c.startswith("# %%\n" + SETUP_FIRST_LINE)]
+    if found:
+        cells[found[0]] = cell
+    else:  # right after the lesson's first cell (its title and objectives)
+        first = next(i for i, c in enumerate(cells) if c.startswith("# %%"))
+        cells.insert(first + 1, cell)
+    return "".join(cells)
+
+
 def generated() -> dict[Path, str]:
     """Every generated file and what it should hold now."""
     files = {README: with_readme_block(README.read_text(encoding="utf-8")), START_PAGE: start_page()}
+    for x in lessons():
+        files[x.source] = with_setup_cell(x.source.read_text(encoding="utf-8"))
     if SOLUTIONS_INDEX.parent.is_dir():  # a learner's copy of the course has no solutions/
         files[SOLUTIONS_INDEX] = solutions_index()
     return files

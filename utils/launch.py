@@ -274,6 +274,8 @@ def _launch_env(env: Mapping[str, str] | None, launch_id: str) -> dict[str, str]
         full.update({str(k): str(v) for k, v in env.items()})
     full.setdefault("OMP_NUM_THREADS", "1")
     full["PYTHONUNBUFFERED"] = "1"
+    if sys.platform == "win32":  # Windows builds of PyTorch have no libuv, which torchrun's store uses by default
+        full.setdefault("USE_LIBUV", "0")
     path = full.get("PYTHONPATH", "")
     full["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
     full[MARKER_VAR] = launch_id

@@ -1,6 +1,7 @@
 """The course manifest, ``course.toml``: the lessons in order and the course-wide facts.
-Used by no notebook. Lives in utils/ because ``make progress`` (:mod:`utils.exercises.section`) lists the lessons
-with it; the course's tooling (``tools/``), its tests and its website read the same list.
+Used by every notebook: its setup cell imports it to tell whether the notebook runs inside the course
+(:mod:`tools.opened_alone`). ``make progress`` (:mod:`utils.exercises.section`) lists the lessons with it; the
+course's tooling (``tools/``), its tests and its website read the same list.
 
     >>> [lesson.stem for lesson in lessons()][:2]
     ['01_tensors', '02_autograd']

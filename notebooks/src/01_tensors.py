@@ -27,9 +27,29 @@
 # This course grew out of a teacher's study notes written for PyTorch 1.x. The lesson stands on its own; if you
 # know those notes, the closing section lists what they say that no longer holds.
 #
-# The first cell imports the libraries. `seed_everything(0)` (from the course's small `utils` package) seeds
-# Python's, NumPy's and PyTorch's random numbers, so that a rerun draws the same numbers; notebook 12 explains
-# seeding.
+# Every lesson's first code cell is its **setup cell**: it does nothing when the notebook runs inside the course,
+# and fetches the course first when the notebook was opened alone (in Colab, say). The next cell imports the
+# libraries. `seed_everything(0)` (from the course's small `utils` package) seeds Python's, NumPy's and PyTorch's
+# random numbers, so that a rerun draws the same numbers; notebook 12 explains seeding.
+
+# %%
+# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
+# COURSE and runs this notebook inside it.
+try:
+    import utils.syllabus  # noqa: F401 - the course's helpers: found when this notebook runs in its course
+except ModuleNotFoundError:
+    import os
+    from pathlib import Path
+    from urllib.request import urlopen
+
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
+    if not (beside.is_file() or COURSE):
+        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+    raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
+    code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
+    exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
 
 # %%
 import matplotlib.pyplot as plt

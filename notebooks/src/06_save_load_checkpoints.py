@@ -33,6 +33,25 @@
 # This lesson grew out of a teacher's study notes on PyTorch 1.x (in Chinese). What has changed since, or was wrong
 # there, is listed in a last section for readers who have them; everyone else can stop at the summary.
 
+# %%
+# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
+# COURSE and runs this notebook inside it.
+try:
+    import utils.syllabus  # noqa: F401 - the course's helpers: found when this notebook runs in its course
+except ModuleNotFoundError:
+    import os
+    from pathlib import Path
+    from urllib.request import urlopen
+
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
+    if not (beside.is_file() or COURSE):
+        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+    raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
+    code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
+    exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
+
 # %% [markdown]
 # ## Setup
 #
@@ -1810,8 +1829,9 @@ assert torch.equal(gate_pt2(torch.tensor([1.0, 2.0, -4.0])), torch.tensor([-1.0,
 # notebook 04's data loading. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The
 # **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
 # attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
-# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass. Files go
-# only into temporary folders that the checks create and delete.
+# restart, run its first cell and go on. `make progress` (without make, e.g. on Windows: `python tools/course.py
+# progress`) lists which exercises of every notebook pass. Files go only into temporary folders that the checks
+# create and delete.
 
 # %%
 import os
@@ -1835,8 +1855,9 @@ ex = Checker("06")
 #   after one `backward()` and one `opt.step()`;
 # * **c**: the key under which `torch.compile(nn.DataParallel(model)).state_dict()` stores `model.head.weight`.
 #
-# Write them as a list `[a, b, c]` (two ints and a string), then check. Running code afterwards to see why is
-# allowed.
+# Write them as a list `[a, b, c]` (two ints and a string), then check. Predict before you run anything: the check
+# sees only the three values, so typing `len(Tagger().state_dict())` would pass it and teach nothing. Run code
+# afterwards, to see why.
 
 
 # %%
@@ -1905,12 +1926,13 @@ ex.check(2, save_state, load_state)
 #   must see exactly the batches the job that never died would have seen;
 # * each step: `loss = F.cross_entropy(model(x), y)`, `optimizer.zero_grad()`, `loss.backward()`,
 #   `optimizer.step()`;
-# * after every `save_every` steps (after global steps 4, 8, 12, ...), save a checkpoint to `ckpt_path`.
+# * after every `save_every` steps (after global steps 4, 8, 12, ...), save a checkpoint to `ckpt_path`, atomically
+#   (section 5.3): a kill in the middle of the save must leave the previous checkpoint whole.
 #
 # The check runs the job straight to `stop`, then again but killed after step 14 (its last checkpoint holds step
 # 12, in the middle of an epoch), and restarts it with a fresh model and optimizer: the batches and the final
-# weights must be those of the uninterrupted run. The hard part is the data: the global random state of a new
-# process is not that of the dead one.
+# weights must be those of the uninterrupted run; it also watches how each checkpoint reaches `ckpt_path`. The
+# hard part is the data: the global random state of a new process is not that of the dead one.
 
 # %%
 # ✏️ Exercise 3: write the body of the function

@@ -32,6 +32,25 @@
 # This lesson grew out of a teacher's study notes written for PyTorch 1.x, when AMP meant `torch.cuda.amp` or
 # NVIDIA's Apex library. Readers who know the notes find what changed since then in the closing section.
 
+# %%
+# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
+# COURSE and runs this notebook inside it.
+try:
+    import utils.syllabus  # noqa: F401 - the course's helpers: found when this notebook runs in its course
+except ModuleNotFoundError:
+    import os
+    from pathlib import Path
+    from urllib.request import urlopen
+
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
+    if not (beside.is_file() or COURSE):
+        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+    raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
+    code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
+    exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
+
 # %% [markdown]
 # ## Setup
 #
@@ -1314,12 +1333,12 @@ assert device.type != "cuda" or all(r["peak_cuda_mib"] > 0 for r in runs.values(
 # %% [markdown]
 # ## Exercises (练习)
 #
-# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# Three exercises, easiest first: predict (with a function), write a function, then a stretch that combines this notebook with
 # notebook 03's module hooks. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The
 # **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
 # attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
-# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass. The checks
-# run on the CPU, whatever device you have.
+# restart, run its first cell and go on. `make progress` (without make, e.g. on Windows: `python tools/course.py
+# progress`) lists which exercises of every notebook pass. The checks run on the CPU, whatever device you have.
 
 # %%
 import torch
@@ -1333,29 +1352,29 @@ ex = Checker("07")
 # %% [markdown]
 # ### Exercise 1 · What autocast makes of each operation
 #
-# A question people often ask about **mixed-precision training** (混合精度训练): are the model's parameters still
-# float32? Answer it, and three more, by predicting the four dtypes this code prints (section 2):
+# Section 2 sorted operations into three lists, and the lists differ between devices. Predict from them, without
+# running anything: write `autocast_dtype(op, device, low, input_dtype)`, the dtype of the output of `op` when it
+# runs inside `torch.amp.autocast(device, dtype=low)` on inputs of dtype `input_dtype` (float32, or `low` itself).
 #
-# ```python
-# layer = nn.Linear(8, 4)
-# x, target = torch.randn(16, 8), torch.randint(0, 4, (16,))
-# with torch.amp.autocast("cpu", dtype=torch.bfloat16):
-#     h = layer(x)
-#     p = torch.softmax(h, dim=-1)
-#     loss = F.cross_entropy(h, target)
-# loss.backward()
-# print(h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype)
-# ```
+# * `op` is one of `"matmul"`, `"linear"`, `"conv2d"`, `"bmm"`, `"relu"`, `"add_float32"` (`t + w` with a float32
+#   tensor `w`), `"softmax"`, `"log_softmax"`, `"layer_norm"`, `"group_norm"`, `"sum"`, `"exp"`, `"pow"` (`t ** 2`),
+#   `"cross_entropy"`, `"mse_loss"`;
+# * `device` is `"cpu"` or `"cuda"`; `low` is `torch.float16` or `torch.bfloat16`;
+# * return a dtype (`low` or `torch.float32`, say). Sets of names and `if`s are all it takes.
 #
-# Write them as a list of four dtypes, e.g. `[torch.float16, torch.float16, torch.float16, torch.float16]`. Careful:
-# the question is about the CPU's lists.
+# The check asks about every operation, on both devices, for both 16-bit types and both input types, and refuses a
+# function that runs operations or autocast to find out: a measurement shows one device, the lists show all (a
+# laptop cannot show what a CUDA GPU does).
+
 
 # %%
-# ✏️ Exercise 1: replace ... with [h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype]
-answer_1 = ...
+# ✏️ Exercise 1: write the body of the function (no tensors, no autocast: the rules of section 2)
+def autocast_dtype(op: str, device: str, low: torch.dtype, input_dtype: torch.dtype) -> torch.dtype:
+    raise NotImplementedError("your code here")
+
 
 # %%
-ex.check(1, answer_1)
+ex.check(1, autocast_dtype)
 
 # %% [markdown]
 # ### Exercise 2 · One AMP training step in the right order

@@ -35,6 +35,25 @@
 # demos on the CPU). `DataParallel` splits batches over all visible GPUs. The stored outputs were made on the
 # CPU.
 
+# %%
+# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
+# COURSE and runs this notebook inside it.
+try:
+    import utils.syllabus  # noqa: F401 - the course's helpers: found when this notebook runs in its course
+except ModuleNotFoundError:
+    import os
+    from pathlib import Path
+    from urllib.request import urlopen
+
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
+    if not (beside.is_file() or COURSE):
+        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+    raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
+    code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
+    exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
+
 # %% [markdown]
 # ## Setup
 #
@@ -50,6 +69,15 @@
 # prints, and returns its `[rank N]` lines sorted by rank. Results that need checking (parameters, gradients)
 # come back as files that each rank writes (`--out DIR`), read with `load_rank_results`. The next cell is the
 # plumbing; every line says why it is there.
+#
+# **On Windows and macOS** the programs are the same; three things differ, and the course takes care of them:
+# * the backend is gloo everywhere without CUDA (NCCL exists only on Linux with NVIDIA GPUs), which is what this
+#   notebook uses on a CPU;
+# * DataLoader workers start as fresh interpreters there (the `spawn` start method, which `mp.spawn` uses on
+#   every system; Linux too from Python 3.14, with `forkserver`): a worker has only what it can import, which
+#   is why the workers' code lives in files;
+# * PyTorch's Windows builds have no libuv, which `torchrun`'s store uses by default: on Windows,
+#   `run_torchrun` sets `USE_LIBUV=0` (in a terminal: `set USE_LIBUV=0` before `torchrun`).
 
 # %%
 import inspect

@@ -36,6 +36,25 @@
 # here both halves are on the CPU. The outputs shown were made on a CPU; on GPUs the printed lines name `cuda`
 # devices and `nccl` where these say `cpu` and gloo.
 
+# %%
+# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
+# COURSE and runs this notebook inside it.
+try:
+    import utils.syllabus  # noqa: F401 - the course's helpers: found when this notebook runs in its course
+except ModuleNotFoundError:
+    import os
+    from pathlib import Path
+    from urllib.request import urlopen
+
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
+    if not (beside.is_file() or COURSE):
+        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+    raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
+    code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
+    exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
+
 # %% [markdown]
 # ## Setup
 #

@@ -31,6 +31,7 @@ import json
 import os
 import random
 import re
+import reprlib
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -187,22 +188,67 @@ def _own_random_state():
             np.random.set_state(np_state)
 
 
+@contextlib.contextmanager
+def _check_mode():
+    """A check runs with gradients on, whatever an earlier cell of the learner's set (``set_grad_enabled(False)``
+    would fail a right answer); the learner's own setting is back afterwards."""
+    import torch
+
+    with torch.enable_grad():
+        yield
+
+
+def _stub_raised(exc: NotImplementedError) -> bool:
+    """The stub's own ``raise NotImplementedError``: raised in a notebook cell, not deeper (``nn.Module`` raises
+    NotImplementedError for a misspelt ``forward``; an operator for a tensor it does not support)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and ("ipykernel" in frames[-1].filename or frames[-1].filename.startswith("<"))
+
+
+def _arity_problem(exercise: Exercise, number: int, answers: tuple) -> str | None:
+    """One line when the check cell passes more or fewer answers than the check takes."""
+    import inspect
+
+    try:
+        params = inspect.signature(exercise.run).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in positional]
+    required = [p.name for p in positional if p.default is p.empty]
+    if len(required) <= len(answers) <= len(names):
+        return None
+    return (
+        f"`ex.check({number}, ...)` takes {len(names)} answer(s) after the exercise number, got {len(answers)}: "
+        f"keep the check cell as it was written (restore it from the lesson if it was edited)"
+    )
+
+
 def judge(registry: Registry, number: int, *answers: Any) -> tuple[str, str]:
     """Run one check; return (status, message) without printing."""
     exercise = registry.exercises[number]
     if any(a is Ellipsis for a in answers):
         return NOT_ATTEMPTED, "Replace the `...` in the cell above with your answer, run that cell, then this one."
+    if problem := _arity_problem(exercise, number, answers):
+        return WRONG, problem
     try:
-        with _own_random_state():
+        with _own_random_state(), _check_mode():
             remark = exercise.run(*answers)
-    except NotImplementedError:
-        return (
-            NOT_ATTEMPTED,
-            "Write your code in place of `raise NotImplementedError` above, run that cell, then this one.",
-        )
+    except NotImplementedError as exc:
+        if _stub_raised(exc):
+            return (
+                NOT_ATTEMPTED,
+                "Write your code in place of `raise NotImplementedError` above, run that cell, then this one.",
+            )
+        message, section = _explain_exception(exc)
+        return WRONG, _with_section(message, section or exercise.section)
     except Hint as h:
         return WRONG, _with_section(h.message, h.section or exercise.section)
-    except Exception as exc:  # the learner's code failed: say what and where, never a raw traceback
+    except KeyboardInterrupt:
+        raise  # the learner stopped the kernel: let it stop
+    except BaseException as exc:  # noqa: BLE001 - the learner's code failed (sys.exit included): one line, no traceback
         message, section = _explain_exception(exc)
         return WRONG, _with_section(message, section or exercise.section)
     return CORRECT, remark or ""
@@ -219,8 +265,18 @@ def _sentence(message: str) -> str:
 _NAMES = {"eps", "idx", "var", "lr", "loss", "grad", "model", "optimizer", "scaler", "mask"}
 
 
+MAX_HINT = 600
+"""A hint longer than this (an answer's huge ``repr`` in it) is cut in the middle."""
+
+
+def _bounded(text: str, limit: int = MAX_HINT) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]} … ({len(text) - limit:,} characters left out) … {text[-limit // 4 :]}"
+
+
 def _with_section(message: str, section: str) -> str:
-    text = _sentence(message.rstrip("."))
+    text = _sentence(_bounded(message).rstrip("."))
     return f"{text}{'' if text.endswith(('?', '!')) else '.'} Re-read “{section}”."
 
 
@@ -323,13 +379,24 @@ def _watch_cells() -> None:
 class Checker:
     """The exercises of one notebook, as seen from the notebook's cells."""
 
-    def __init__(self, notebook: str, quiet: bool = False):
+    def __init__(self, notebook: str | int, quiet: bool = False):
         # The first optimizer step or checkpoint of a process imports torch._dynamo (about 2 s): pay that once
         # here, in the exercise section's first cell, so that no check takes longer than a second or two.
         import torch._dynamo  # noqa: F401
 
+        notebook = f"{notebook:02d}" if isinstance(notebook, int) and not isinstance(notebook, bool) else notebook
+        if not (isinstance(notebook, str) and re.fullmatch(r"\d\d", notebook)):
+            raise ValueError(f'Checker({notebook!r}): give the notebook\'s two-digit number, e.g. Checker("01")')
+        try:
+            module = importlib.import_module(f"utils.exercises.nb{notebook}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"utils.exercises.nb{notebook}":
+                raise
+            raise ValueError(f"Checker({notebook!r}): this course has no exercises for a notebook {notebook}") from None
+        if not module.EXERCISES.exercises:  # emptied by an earlier cell: build it again
+            module = importlib.reload(module)
         self.notebook = notebook
-        self.registry: Registry = importlib.import_module(f"utils.exercises.nb{notebook}").EXERCISES
+        self.registry: Registry = module.EXERCISES
         _watch_cells()
         if not quiet:
             print(f"Notebook {notebook}: {len(self.registry.exercises)} exercises")
@@ -337,6 +404,13 @@ class Checker:
                 print(f"  {ex.number}. {ex.title}")
 
     def check(self, number: int, *answers: Any) -> None:
+        if number not in self.registry.exercises:
+            known = ", ".join(str(n) for n in sorted(self.registry.exercises))
+            print(
+                f"There is no exercise {number!r} in notebook {self.notebook}: its exercises are {known} "
+                "(write the number as an int, e.g. ex.check(1, ...))."
+            )
+            return
         if error := stub_error(number):
             status = WRONG
             print(failed_stub_message(number, error))
@@ -368,7 +442,7 @@ def number_answer(value: Any, name: str) -> int | float:
     """A predicted number (int or float, not bool); hint when it is something else."""
     expect(
         isinstance(value, (int, float)) and not isinstance(value, bool),
-        f"{name} should be a number, not {type(value).__name__} {value!r}",
+        f"{name} should be a number, not {type(value).__name__} {reprlib.repr(value)}",
     )
     return value
 

@@ -3,8 +3,11 @@ Used by notebook 06, whose ``Checker("06")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import ast
+import contextlib
 import os
 import pickle
+import shutil
 import tempfile
 
 import torch
@@ -12,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import functions_reached, global_values, names_used, refers_to, syntax
 
 EXERCISES = Registry("06")
 
@@ -114,6 +118,87 @@ def predict_state_dict(answer):
 # ---------------------------------------------------------------------------------------------- exercise 2
 
 
+class _Watched:
+    """What a learner's function did with files: torch.save targets, torch.load's weights_only, renames."""
+
+    def __init__(self):
+        self.saved_to: list[str] = []
+        self.weights_only: list[object] = []
+        self.renamed: list[tuple[str, str]] = []
+
+
+def _path_of(target) -> str | None:
+    # a path, or a file object opened on one (its name; a Path's `.name` is only its last part)
+    name = target if isinstance(target, (str, bytes, os.PathLike)) else getattr(target, "name", None)
+    return os.path.realpath(os.fspath(name)) if isinstance(name, (str, bytes, os.PathLike)) else None
+
+
+@contextlib.contextmanager
+def _watching_files():
+    """Record torch.save, torch.load and os.replace/os.rename calls made inside the block; restore them after."""
+    seen = _Watched()
+    originals = {"save": torch.save, "load": torch.load, "replace": os.replace, "rename": os.rename}
+
+    def save(obj, f, *args, **kwargs):
+        seen.saved_to.append(_path_of(f))
+        return originals["save"](obj, f, *args, **kwargs)
+
+    def load(f, *args, **kwargs):
+        seen.weights_only.append(kwargs.get("weights_only"))
+        return originals["load"](f, *args, **kwargs)
+
+    def replace(src, dst, *args, **kwargs):
+        seen.renamed.append((_path_of(src), _path_of(dst)))
+        return originals["replace"](src, dst, *args, **kwargs)
+
+    def rename(src, dst, *args, **kwargs):
+        seen.renamed.append((_path_of(src), _path_of(dst)))
+        return originals["rename"](src, dst, *args, **kwargs)
+
+    torch.save, torch.load, os.replace, os.rename = save, load, replace, rename
+    try:
+        yield seen
+    finally:
+        torch.save, torch.load = originals["save"], originals["load"]
+        os.replace, os.rename = originals["replace"], originals["rename"]
+
+
+def _uses_the_checks(*fns) -> bool:
+    """Whether an answer imports this course's checks (which hold the reference answers)."""
+    for fn in fns:
+        for f in functions_reached(fn):
+            if any(n.startswith("utils.exercises") for n in names_used(f)):
+                return True
+            for value in global_values(f).values():
+                module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+                if isinstance(module, str) and module.startswith("utils.exercises"):
+                    return True
+    return False
+
+
+UNSAFE_LOAD = (
+    "it makes `torch.load` unpickle arbitrary objects, and unpickling runs code: a checkpoint you download or "
+    "share could run anything on your machine. A checkpoint of state_dicts, tensors and plain values loads with "
+    "the safe default"
+)
+
+
+def _unsafe_loading(seen: _Watched) -> None:
+    """Hint when the learner's code switched weights_only off to load its file."""
+    if any(w is False for w in seen.weights_only):
+        hint(f"your code calls `torch.load(..., weights_only=False)`: {UNSAFE_LOAD}", WEIGHTS_ONLY)
+    if os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0") not in ("", "0"):
+        hint(f"`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD` is set: {UNSAFE_LOAD}", WEIGHTS_ONLY)
+
+
+def _allow_listed(what: str) -> None:
+    hint(
+        f"your code allow-listed {what} to load objects that are not state: an allow-list is for a class you "
+        "trust that a file truly needs; a checkpoint of state_dicts, tensors and plain values needs none",
+        "4.1 Allowing a class you trust",
+    )
+
+
 def _small_net() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
 
@@ -145,17 +230,51 @@ def _same_optimizer_state(a: dict, b: dict) -> bool:
     return True
 
 
+REFUSED = (
+    "`torch.load` (weights_only=True, the default) refused an object in your file: store only "
+    "tensors, state_dicts and plain Python values, never the model or optimizer object itself, and "
+    "no NumPy arrays (NumPy's random state holds one: section 5.2 stores it as a tensor; only torch's "
+    "generator matters here)"
+)
+
+
+_DEFAULT_SAFE_GLOBALS = list(torch.serialization.get_safe_globals())
+"""The allow-list when the exercise section's first cell ran (it imports this module), before any answer."""
+
+
+def _unsafe_globals(path: str) -> list[str]:
+    """What ``torch.load(path)`` with weights_only=True refuses as a new process would, with the default allow-list
+    (classes the learner allow-listed are set aside meanwhile, then put back); empty when the file loads."""
+    current = list(torch.serialization.get_safe_globals())
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(_DEFAULT_SAFE_GLOBALS)
+    try:
+        torch.load(path, weights_only=True)
+        return []
+    except pickle.UnpicklingError:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path) or ["an object"]
+    finally:
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(current)
+
+
+def _says_weights_only_false(*fns) -> bool:
+    """Whether the source of the answer (or a helper it calls) passes ``weights_only=False``."""
+    for fn in fns:
+        for f in functions_reached(fn):
+            tree = syntax(f)
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.keyword) and node.arg == "weights_only":
+                    if isinstance(node.value, ast.Constant) and node.value.value is False:
+                        return True
+    return False
+
+
 def _call_load(load_fn, path, model, opt):
     try:
         return returns(load_fn, path, model, opt)
     except pickle.UnpicklingError:
-        hint(
-            "`torch.load` (weights_only=True, the default) refused an object in your file: store only "
-            "tensors, state_dicts and plain Python values, never the model or optimizer object itself, and "
-            "no NumPy arrays (NumPy's random state holds one: section 5.2 stores it as a tensor; only torch's "
-            "generator matters here)",
-            WEIGHTS_ONLY,
-        )
+        hint(REFUSED, WEIGHTS_ONLY)
     except RuntimeError as err:
         if "Missing key(s)" in str(err) and "running_" in str(err):
             hint(
@@ -166,8 +285,13 @@ def _call_load(load_fn, path, model, opt):
         raise
 
 
+DECOY_STEP = 99
+
+
 @EXERCISES.exercise(2, "A checkpoint that resumes bit for bit (write a function)", MISSES)
 def save_and_load(save_fn, load_fn):
+    if _uses_the_checks(save_fn, load_fn):
+        hint("your functions use the checks' own code: write them yourself")
     g = torch.Generator().manual_seed(6)
     x, y = torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g)
     optimizers = [
@@ -201,6 +325,29 @@ def save_and_load(save_fn, load_fn):
                 torch.equal(torch.get_rng_state(), saved_rng),
                 "`save_state` changed torch's random state: read it with `torch.get_rng_state()`, do not draw numbers",
             )
+            refused = _unsafe_globals(path)  # what a new process loads from the file alone, with the safe default
+            if refused:
+                if _says_weights_only_false(save_fn, load_fn):
+                    hint(
+                        "your file holds objects that only `torch.load(..., weights_only=False)` loads, and your "
+                        f"`load_state` switches the safe default off for them: {UNSAFE_LOAD}",
+                        WEIGHTS_ONLY,
+                    )
+                _unsafe_loading(_Watched())
+                allowed = set(map(repr, torch.serialization.get_safe_globals())) - set(map(repr, _DEFAULT_SAFE_GLOBALS))
+                if refers_to(load_fn, "safe_globals", "add_safe_globals") or any(
+                    refused[0].rsplit(".", 1)[-1] in name for name in allowed
+                ):
+                    _allow_listed(f"`{refused[0]}`")
+                hint(REFUSED, WEIGHTS_ONLY)
+            # another checkpoint, saved after this one: `load_state(path, ...)` must still give this one
+            torch.manual_seed(50 + case)
+            decoy = _small_net()
+            decoy_opt = make_opt(decoy.parameters())
+            _train(decoy, decoy_opt, 1, x, y)
+            save_fn(os.path.join(tmp, f"other_{case}.pt"), decoy, decoy_opt, DECOY_STEP)
+            decoy_state = {k: v.clone() for k, v in decoy.state_dict().items()}
+            torch.set_rng_state(saved_rng)
             _train(model, opt, more, x, y)  # the run that never stopped
             reference = model.state_dict()
 
@@ -209,7 +356,19 @@ def save_and_load(save_fn, load_fn):
             fresh_opt = make_opt(fresh.parameters())
             before = {k: v.clone() for k, v in fresh.state_dict().items()}
             torch.manual_seed(12345)
-            step = _call_load(load_fn, path, fresh, fresh_opt)
+            with _watching_files() as seen:
+                step = _call_load(load_fn, path, fresh, fresh_opt)
+            _unsafe_loading(seen)
+            from_decoy = step == DECOY_STEP or all(
+                torch.equal(fresh.state_dict()[k], decoy_state[k]) for k, _ in fresh.named_parameters()
+            )
+            if from_decoy:
+                hint(
+                    "`load_state(path, ...)` restored the checkpoint saved last (to another path), not the one in "
+                    "the file at `path`: read everything from that file. A new process has only the file, none of "
+                    "the Python variables of the process that saved it",
+                    CHECKPOINT,
+                )
             expect(
                 isinstance(step, int) and not isinstance(step, bool),
                 f"`load_state` should return the step as an int, not {type(step).__name__}",
@@ -291,8 +450,9 @@ def _indices(batch: torch.Tensor, x_all: torch.Tensor) -> list[int]:
     return match.float().argmax(dim=1).tolist()
 
 
-def _run(fn, x_all, dataset, path, stop, seed, rng_seed):
-    """Build a model and optimizer from `seed`, call the learner's function; return (model, opt, start, batches)."""
+def _run(fn, x_all, dataset, path, stop, seed, rng_seed, files: list | None = None):
+    """Build a model and optimizer from `seed`, call the learner's function; return (model, opt, start, batches).
+    What the function did with files is appended to ``files``."""
     torch.manual_seed(seed)
     model = _classifier()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -301,7 +461,11 @@ def _run(fn, x_all, dataset, path, stop, seed, rng_seed):
     torch.manual_seed(rng_seed)
     try:
         try:
-            start = returns(fn, model, opt, dataset, path, stop)
+            with _watching_files() as watched:
+                start = returns(fn, model, opt, dataset, path, stop)
+            if files is not None:
+                files.append(watched)
+            _unsafe_loading(watched)
         except pickle.UnpicklingError:
             hint(
                 "`torch.load` (weights_only=True) refused an object in your checkpoint: store state_dicts and "
@@ -336,9 +500,12 @@ def resume_mid_epoch(fn):
         g = torch.Generator().manual_seed(n)
         x_all, y_all = torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
         dataset = torch.utils.data.TensorDataset(x_all, y_all)
+        files: list[_Watched] = []
         with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
             paths = {name: os.path.join(tmp, f"{name}.pt") for name in ("straight", "crashed", "to_save")}
-            straight, _, start, seen = _run(fn, x_all, dataset, paths["straight"], stop, seed=0, rng_seed=0)
+            straight, _, start, seen = _run(
+                fn, x_all, dataset, paths["straight"], stop, seed=0, rng_seed=0, files=files
+            )
             expect(
                 start == 0, f"with no file at `ckpt_path` the run starts at step 0, but the function returned {start}"
             )
@@ -352,6 +519,12 @@ def resume_mid_epoch(fn):
                 "no checkpoint was written to `ckpt_path`: save after every `save_every` steps",
                 CHECKPOINT,
             )
+            if refused := _unsafe_globals(paths["straight"]):
+                hint(
+                    f"your checkpoint holds `{refused[0]}`, which `torch.load` refuses with weights_only=True (the "
+                    "default): store state_dicts and plain values, never the model or optimizer object",
+                    WEIGHTS_ONLY,
+                )
             epochs = [sum(seen[e * per_epoch : (e + 1) * per_epoch], []) for e in range(stop // per_epoch)]
             for order in epochs:
                 expect(
@@ -373,7 +546,9 @@ def resume_mid_epoch(fn):
                 "04 · 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches",
             )
 
-            _, _, start, seen_crashed = _run(fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0)
+            _, _, start, seen_crashed = _run(
+                fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0, files=files
+            )
             expect(
                 seen_crashed == seen[:crash],
                 "two runs from the same seed saw different batches: the order "
@@ -381,10 +556,21 @@ def resume_mid_epoch(fn):
             )
 
             # the state after `saved_at` steps, for comparison: a run that stops right there
-            at_save, at_save_opt, _, _ = _run(fn, x_all, dataset, paths["to_save"], saved_at, seed=0, rng_seed=0)
-            probe, probe_opt, start, probe_seen = _run(
-                fn, x_all, dataset, paths["crashed"], saved_at, seed=7, rng_seed=999
+            at_save, at_save_opt, _, _ = _run(
+                fn, x_all, dataset, paths["to_save"], saved_at, seed=0, rng_seed=0, files=files
             )
+            # the job restarts on another machine, from a copy of the file; another job has saved since
+            moved = os.path.join(tmp, "moved.pt")
+            shutil.copyfile(paths["crashed"], moved)
+            other, _, _, _ = _run(fn, x_all, dataset, os.path.join(tmp, "other.pt"), 4, seed=3, rng_seed=3, files=files)
+            probe, probe_opt, start, probe_seen = _run(fn, x_all, dataset, moved, saved_at, seed=7, rng_seed=999)
+            if start == 4 != saved_at or (_params_close(probe, other) and not _params_close(other, at_save)):
+                hint(
+                    "the resumed job holds the weights another job saved last (to another path), not those of the "
+                    "file at `ckpt_path`: resume from that file alone. A restarted job is a new process, often on "
+                    "another machine, with none of the Python variables of the one that died",
+                    CHECKPOINT,
+                )
             if start == 0 and len(probe_seen) == saved_at:
                 hint(
                     "the function did not resume: when a file exists at `ckpt_path`, load it first and continue "
@@ -436,7 +622,9 @@ def resume_mid_epoch(fn):
                 MISSES,
             )
 
-            resumed, _, start, resumed_seen = _run(fn, x_all, dataset, paths["crashed"], stop, seed=8, rng_seed=12345)
+            resumed, _, start, resumed_seen = _run(
+                fn, x_all, dataset, paths["crashed"], stop, seed=8, rng_seed=12345, files=files
+            )
             expected = seen[saved_at:stop]
             if resumed_seen and resumed_seen[0] == seen[saved_at - saved_at % per_epoch] and saved_at % per_epoch:
                 hint(
@@ -457,3 +645,34 @@ def resume_mid_epoch(fn):
                 "weights than the run that never stopped: is everything the next steps use saved and loaded?",
                 MISSES,
             )
+            _saved_atomically(files, tmp)
+
+
+ATOMIC = "5.3 Saving so that a crash cannot tear the file"
+
+
+def _saved_atomically(files: list[_Watched], folder: str) -> None:
+    """The checkpoints reached `ckpt_path` by a rename of a file written in the same folder, never in place."""
+    names = ("straight.pt", "crashed.pt", "to_save.pt", "one_more.pt", "other.pt")  # the `ckpt_path`s the check passed
+    ckpts = {os.path.realpath(os.path.join(folder, name)) for name in names}
+    if any(target in ckpts for seen in files for target in seen.saved_to):
+        hint(
+            "`torch.save` wrote straight to `ckpt_path`: a job killed during the save leaves a torn file there, "
+            "and the previous checkpoint is already overwritten, so the restart has nothing to resume from. "
+            "Write to a temporary file first, then put it under the final name in one step",
+            ATOMIC,
+        )
+    renames = [(src, dst) for seen in files for src, dst in seen.renamed if dst in ckpts]
+    if not renames:
+        hint(
+            "the checkpoint reached `ckpt_path` without a rename: a copy or a second write can be torn by a "
+            "kill just as a direct save can. Write to a temporary file, then `os.replace(tmp, ckpt_path)`",
+            ATOMIC,
+        )
+    if any(src is None or os.path.dirname(src) != os.path.dirname(dst) for src, dst in renames):
+        hint(
+            "the temporary file was written in another folder than `ckpt_path`, which may be on another file "
+            "system: a rename is atomic only within one (across two, `os.replace` fails), so create the temporary "
+            "file in the checkpoint's folder",
+            ATOMIC,
+        )

@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn.modules import module as module_mod
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import counting_calls, functions_reached, global_values, names_used, refers_to, torch_calls
 
 EXERCISES = Registry("07")
 
@@ -31,47 +32,149 @@ def _as_dtype(value, which: str) -> torch.dtype:
     hint(f"{which}: write a dtype, such as torch.float32 or torch.bfloat16, not {value!r}")
 
 
+# Exercise 1 asks for the rules, not for one printed run: the learner's function is asked about every operation
+# below, on both devices, for both 16-bit types and both input types (120 questions), and must not run anything.
+OPS = (
+    "matmul",
+    "linear",
+    "conv2d",
+    "bmm",
+    "relu",
+    "add_float32",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "group_norm",
+    "sum",
+    "exp",
+    "pow",
+    "cross_entropy",
+    "mse_loss",
+)
+LOWER_LIST = {"matmul", "linear", "conv2d", "bmm"}
+FLOAT32_LIST = {"cross_entropy", "mse_loss"}  # on every device
+CUDA_FLOAT32_ONLY = {"softmax", "log_softmax", "layer_norm", "group_norm", "sum", "exp", "pow"}
+DTYPE_ONLY = {"promote_types", "can_cast", "finfo", "iinfo"}  # reasoning about dtypes, not running an operation
+
+
+def _expected(op: str, device: str, low: torch.dtype, input_dtype: torch.dtype) -> torch.dtype:
+    if op in LOWER_LIST:
+        return low
+    if op in FLOAT32_LIST or op == "add_float32" or (device == "cuda" and op in CUDA_FLOAT32_ONLY):
+        return torch.float32
+    return input_dtype
+
+
+def _run_on_cpu(op: str, low: torch.dtype, input_dtype: torch.dtype) -> torch.dtype:
+    """What the CPU really gives (the CPU half of the table is measured, so that it follows PyTorch)."""
+    x, target = torch.randn(8, 8), torch.randint(0, 8, (8,))
+    ops = {
+        "matmul": lambda t: t @ t,
+        "linear": lambda t: F.linear(t, t),
+        "conv2d": lambda t: F.conv2d(t[None, None], t[None, None, :3, :3]),
+        "bmm": lambda t: torch.bmm(t[None], t[None]),
+        "relu": torch.relu,
+        "add_float32": lambda t: t + x,
+        "softmax": lambda t: torch.softmax(t, dim=-1),
+        "log_softmax": lambda t: F.log_softmax(t, dim=-1),
+        "layer_norm": lambda t: F.layer_norm(t, (8,)),
+        "group_norm": lambda t: F.group_norm(t[None], 2),
+        "sum": torch.sum,
+        "exp": torch.exp,
+        "pow": lambda t: t**2,
+        "cross_entropy": lambda t: F.cross_entropy(t, target),
+        "mse_loss": lambda t: F.mse_loss(t, t.detach()),
+    }
+    with torch.no_grad(), torch.amp.autocast("cpu", dtype=low):
+        return ops[op](x.to(input_dtype)).dtype
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _uses_the_checks(fn) -> str | None:
+    """The module of this course's checks that the answer imports from, if any."""
+    for f in functions_reached(fn):
+        if any(n.startswith("utils.exercises") for n in names_used(f)):
+            return "utils.exercises"
+        for value in global_values(f).values():
+            module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+            if isinstance(module, str) and module.startswith("utils.exercises"):
+                return module
+    return None
+
+
 @EXERCISES.exercise(1, "What autocast makes of each operation (predict)", AUTOCAST)
-def predict_dtypes(answer):
-    expect(
-        isinstance(answer, (list, tuple)) and len(answer) == 4,
-        "give a list of four dtypes: [h.dtype, p.dtype, loss.dtype, layer.weight.grad.dtype]",
-    )
-    h_dt, p_dt, loss_dt, grad_dt = (_as_dtype(v, w) for v, w in zip(answer, ("h", "p", "loss", "grad")))
-
-    # the exercise's code, run on the CPU (its autocast lists are the ones asked about)
-    layer = nn.Linear(8, 4)
-    x, target = torch.randn(16, 8), torch.randint(0, 4, (16,))
-    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
-        h = layer(x)
-        p = torch.softmax(h, dim=-1)
-        loss = F.cross_entropy(h, target)
-    loss.backward()
-
-    if h_dt == torch.float32:
+def predict_dtypes(fn):
+    expect(callable(fn), f"give the function `autocast_dtype` itself, not {fn!r:.40}")
+    if refers_to(fn, "autocast", "amp.autocast", "autocast_dtypes", "get_autocast_dtype"):
         hint(
-            "h: `nn.Linear` is a matrix product, on autocast's lower-precision list: its float32 inputs (x, "
-            "weight, bias) are cast to bfloat16 and so is its output"
+            "your function uses autocast to find the answer: predict it from the three lists instead. Running "
+            "an operation shows one device and one case; the lists tell you what every device does, including "
+            'a GPU you do not have (on a machine without CUDA, `autocast("cuda")` switches itself off and '
+            "everything stays float32)"
         )
-    expect(h_dt == h.dtype, f"h: a linear layer under autocast with dtype=torch.bfloat16 does not give {h_dt}")
-    if p_dt == torch.float32:
+    if _uses_the_checks(fn):
+        hint("your function uses the checks' own code: write the rules yourself")
+    questions = [
+        (op, device, low, input_dtype)
+        for device in ("cpu", "cuda")
+        for low in (torch.float16, torch.bfloat16)
+        for input_dtype in (torch.float32, low)
+        for op in OPS
+    ]
+    with torch_calls() as calls:
+        answers = [returns(fn, *q) for q in questions]
+    ran = sorted(set(calls) - DTYPE_ONLY)
+    if ran:
         hint(
-            "p: on the CPU softmax is on no autocast list (on CUDA it is on the float32 list): it follows its "
-            "input, and h is bfloat16"
+            f"your function ran tensor operations ({', '.join(ran[:4])}): predict the dtype from the lists instead "
+            "of measuring it. A measurement shows one device and one case; the lists tell you what every device "
+            "does, including a GPU you do not have"
         )
-    expect(p_dt == p.dtype, f"p: softmax follows the dtype of its input on the CPU, so not {p_dt}")
-    if loss_dt == torch.bfloat16:
-        hint(
-            "loss: `cross_entropy` is on autocast's float32 list on every device: its bfloat16 input is cast to "
-            "float32 first, so the loss is float32"
-        )
-    expect(loss_dt == loss.dtype, f"loss: not {loss_dt}")
-    if grad_dt == torch.bfloat16:
-        hint(
-            "grad: autocast changes only how operations compute. The parameters stay float32 and their "
-            "gradients have the parameters' dtype: yes, the parameters stay float32 in mixed-precision training"
-        )
-    expect(grad_dt == layer.weight.grad.dtype, f"grad: not {grad_dt}")
+    for (op, device, low, input_dtype), answer in zip(questions, answers):
+        said = _as_dtype(answer, f"{op} on {device}")
+        right = _expected(op, device, low, input_dtype)
+        if device == "cpu":
+            right = _run_on_cpu(op, low, input_dtype)
+        if said == right:
+            continue
+        where = "the CPU" if device == "cpu" else "CUDA"
+        case = f"`{op}` on {where}, in a {_name(low)} region, on {_name(input_dtype)} input"
+        if said in (torch.float16, torch.bfloat16) and said != low:
+            hint(
+                f"{case}: you returned {_name(said)}, a 16-bit type other than the region's: the low-precision "
+                "type is the `dtype=` of the autocast region, the argument `low`"
+            )
+        if op in LOWER_LIST:
+            hint(
+                f"{case}: matrix products and convolutions are on the lower-precision list on every device, so "
+                "autocast casts their inputs to the low-precision type"
+            )
+        if op in FLOAT32_LIST:
+            hint(f"{case}: most losses are on the float32 list on every device, so a 16-bit input is cast to float32")
+        if op == "add_float32":
+            hint(
+                f"{case}: `t + w` with a float32 `w` mixes two types, and mixed inputs run in the widest one (type "
+                "promotion), whatever `t` is"
+            )
+        if op in CUDA_FLOAT32_ONLY and device == "cuda":
+            hint(
+                f"{case}: CUDA's float32 list, longer than the CPU's, holds `{op}`, so a 16-bit input is cast to "
+                "float32"
+            )
+        if op in CUDA_FLOAT32_ONLY:
+            hint(
+                f"{case}: `{op}` is on no autocast list of the CPU (only CUDA's float32 list holds it), so it runs "
+                "in the type of its input"
+            )
+        if op == "relu" or said == low:
+            hint(
+                f"{case}: `{op}` is on no autocast list, so it runs in the type of its input (autocast casts "
+                "inputs only for the operations on its lists)"
+            )
+        hint(f"{case}: not {_name(said)}")
 
 
 # ---------------------------------------------------------------------------------------------- exercise 2
@@ -127,6 +230,16 @@ def _no_clip(m, o, s, x, y):
     s.update()
 
 
+def _clip_each(m, o, s, x, y):
+    o.zero_grad()
+    s.scale(_loss(m, x, y)).backward()
+    s.unscale_(o)
+    for p in m.parameters():  # each tensor on its own, as the notes do
+        nn.utils.clip_grad_norm_(p, MAX_NORM)
+    s.step(o)
+    s.update()
+
+
 def _not_scaled(m, o, s, x, y):
     o.zero_grad()
     _loss(m, x, y).backward()
@@ -165,6 +278,14 @@ MISTAKES = [
         RECIPES,
     ),
     (
+        _clip_each,
+        "each parameter's gradient was clipped on its own, one `clip_grad_norm_` call per tensor: the limit is "
+        "on the norm of all the gradients together, one norm for the whole model, so that every gradient is "
+        "scaled by the same factor and the update keeps its direction (per tensor, each layer gets its own "
+        "factor and the direction changes; section 3 clips `x` and `z` both ways)",
+        SCALER,
+    ),
+    (
         _not_scaled,
         "the backward pass started from the unscaled loss, so `unscale_` divided true gradients by the "
         "scale: call `scaler.scale(loss).backward()`",
@@ -195,6 +316,8 @@ def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 @EXERCISES.exercise(2, "One AMP training step in the right order (write a function)", SCALER)
 def amp_step_check(fn):
+    if _uses_the_checks(fn):
+        hint("your function uses the checks' own code: write the step yourself")
     g = torch.Generator().manual_seed(7)
     batches = [(3 * torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g)) for _ in range(4)]
     batches[2][0][0, 0] = 1e5  # above float16's 65504: this step overflows and must be skipped
@@ -236,6 +359,12 @@ def amp_step_check(fn):
                         "after `scaler.step(optimizer)`"
                     )
                 raise
+            if scaler._scale is None:  # internal: set by the first `scale()`
+                hint(
+                    "the `GradScaler` you were given was never used: scale, unscale, step and update with the "
+                    "`scaler` argument. A scaler made inside the function starts afresh every step, so it forgets "
+                    "its scale, which must halve after an overflow and grow again after clean steps"
+                )
             if scaler._per_optimizer_states[id(opt)]["stage"].name != "READY":  # internal, as in section 3
                 hint(
                     "after your step the scaler is not back in its READY state: `scaler.update()` must be its last "
@@ -347,7 +476,21 @@ def _hidden() -> nn.Module:
 
 def _ask(fn, model, x):
     dtypes = {name: p.dtype for name, p in model.named_parameters()}
-    name = fn(model, x)  # None is a valid answer here, so no `returns`
+    with counting_calls(model, "forward") as runs:
+        name = fn(model, x)  # None is a valid answer here, so no `returns`
+    if runs[0] == 0:
+        hint(
+            "the model itself never ran: call `model(x)` once, and let forward hooks report each module's output. "
+            "Calling the modules one after another yourself works only for a `Sequential`; a model with its own "
+            "`forward` (a residual block, say) runs its modules in an order only its `forward` knows",
+            HOOKS,
+        )
+    if runs[0] > 1:
+        hint(
+            f"the model ran {runs[0]} times: run it once, with a hook on every module, and note the first "
+            "non-finite output as the hooks fire (a large model may take minutes per forward pass)",
+            HOOKS,
+        )
     if _hooks_left(model):
         hint(
             "hooks are still registered after your function returned: keep every handle and call "
@@ -368,6 +511,8 @@ def _ask(fn, model, x):
 
 @EXERCISES.exercise(3, "Find the layer that overflows (stretch)", WHY)
 def first_overflow_check(fn):
+    if _uses_the_checks(fn):
+        hint("your function uses the checks' own code: write it yourself")
     x = torch.full((3, 4), 2.0)
     chain = _overflowing_chain()
     found = _ask(fn, chain, x)

@@ -1,5 +1,6 @@
 """Checking *how* an exercise was answered, not only what it returned: the constraints an exercise states.
-Used by the checks of every notebook (``utils/exercises/nbNN.py``); no notebook imports it.
+Used by no notebook. Lives in utils/ because the checks of the notebooks' exercises (``utils/exercises/nbNN.py``)
+use it.
 
 An exercise that says "without a Python loop", "with tensor operations, not autograd" or "use a hook" must
 refuse an answer that breaks the rule even when its numbers are right, and say why the rule is there. Two kinds

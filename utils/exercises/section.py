@@ -33,6 +33,7 @@ from utils.exercises import (
     LOG_ENV_VAR,
     NOT_ATTEMPTED,
     WRONG,
+    Checker,
     failed_stub_message,
     missing_name_message,
     previous_cell_failed,
@@ -88,13 +89,15 @@ def code_sources(cells: list[nbformat.NotebookNode]) -> list[str]:
     return [c.source for c in cells if c.cell_type == "code"]
 
 
-def run_sources(sources: list[str], namespace: dict | None = None) -> str:
+def run_sources(sources: list[str], namespace: dict | None = None, notebook: str | None = None) -> str:
     """Execute cell sources in one namespace, as a kernel would; return what they printed.
 
     A cell that raises stops nothing: its exception is printed as one line (a learner's broken stub
     cell must not hide the other exercises). As in JupyterLab (:func:`utils.exercises._watch_cells`), the
     check of a stub whose run raised says so rather than grade an older answer, and a check whose answer was
-    never defined says to run the exercise's cell first.
+    never defined says to run the exercise's cell first. A check cell that raises (``ex`` replaced by a stub,
+    say) or a cell that calls ``sys.exit()`` is logged as "not yet" for ``make progress`` (``notebook``: its
+    number, when ``ex`` is not there to say it).
     """
     namespace = {"__name__": "__exercises__"} if namespace is None else namespace
     out = io.StringIO()
@@ -104,7 +107,7 @@ def run_sources(sources: list[str], namespace: dict | None = None) -> str:
             stub, check = stub_number(source), check_number(source)
             if check is not None and (error := stub_error(check)):
                 print(failed_stub_message(check, error))
-                _log(check, WRONG, namespace)
+                _log(check, WRONG, namespace, notebook)
                 previous_cell_failed(None)
                 continue
             try:
@@ -114,13 +117,20 @@ def run_sources(sources: list[str], namespace: dict | None = None) -> str:
                 name = getattr(exc, "name", None)
                 if check is not None and name and name != "ex":
                     print(missing_name_message(check, name))
-                    _log(check, NOT_ATTEMPTED, namespace)
+                    _log(check, NOT_ATTEMPTED, namespace, notebook)
                     continue
                 error = exc
-            except Exception as exc:  # noqa: BLE001 - reported, as a notebook would
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - reported, as a notebook would (sys.exit() included)
                 error = exc
             if error is not None:
                 print(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+                if check is not None:
+                    why = f"its check cell raised {type(error).__name__}: {_first_line(error)}"
+                    if not isinstance(namespace.get("ex"), Checker):
+                        why += " (`ex` was replaced or deleted: run the section's first cell again)"
+                    _log(check, "not checked", namespace, notebook, why)
             if stub is not None:
                 stub_failed(stub, error)
             previous_cell_failed(error, is_check=check is not None)
@@ -143,12 +153,22 @@ def _strip_magics(source: str) -> str:
     return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
-def _log(number: int, status: str, namespace: dict) -> None:
+def _log(number: int, status: str, namespace: dict, notebook: str | None = None, why: str | None = None) -> None:
     log = os.environ.get(LOG_ENV_VAR)
-    checker = namespace.get("ex")
-    if log and checker is not None:
+    name = getattr(namespace.get("ex"), "notebook", None) if notebook is None else notebook
+    if log and name is not None:
+        record = {"notebook": name, "exercise": number, "status": status} | ({"why": why} if why else {})
         with open(log, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"notebook": checker.notebook, "exercise": number, "status": status}) + "\n")
+            f.write(json.dumps(record) + "\n")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0][:200]
+
+
+class _TimedOut(Exception):
+    def __init__(self, records: list[dict]):
+        self.records = records
 
 
 def _run_in_subprocess(path: Path, timeout: int) -> list[dict]:
@@ -157,42 +177,96 @@ def _run_in_subprocess(path: Path, timeout: int) -> list[dict]:
         env = dict(os.environ, **{LOG_ENV_VAR: str(log), "MPLBACKEND": "Agg"})
         code = (
             "import sys; from pathlib import Path; from utils.exercises.section import *; "
-            "run_sources(code_sources(exercise_cells(read_notebook(Path(sys.argv[1])), sys.argv[1])))"
+            "run_sources(code_sources(exercise_cells(read_notebook(Path(sys.argv[1])), sys.argv[1])), "
+            "notebook=sys.argv[2])"
         )
-        subprocess.run(
-            [sys.executable, "-c", code, str(path)],
-            cwd=NOTEBOOKS_DIR,
-            env=env,
-            timeout=timeout,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            check=True,
-            text=True,
-        )
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+        def records() -> list[dict]:
+            return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+        try:
+            subprocess.run(
+                [sys.executable, "-c", code, str(path), path.name[:2]],
+                cwd=NOTEBOOKS_DIR,
+                env=env,
+                timeout=timeout,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                check=True,
+                text=True,
+            )
+        except subprocess.TimeoutExpired:
+            raise _TimedOut(records()) from None
+        return records()
 
 
-def progress(names: list[str] | None = None, folder: Path = NOTEBOOKS_DIR, timeout: int = 300) -> str:
-    """A table of which exercises pass, per notebook, from the notebooks as saved in ``folder``."""
-    paths = [Path(folder) / x.ipynb for x in lessons() if (Path(folder) / x.ipynb).exists()]
-    if names:
-        paths = [p for p in paths if any(p.name.startswith(n) for n in names)]
-        if not paths:
-            raise SystemExit(f"no notebook in {folder} starts with {' or '.join(names)}: give a number such as 01")
+TIMEOUT = 240
+"""Seconds ``make progress`` gives one notebook's exercises (two of them launch 2-process programs)."""
+
+
+def expected_exercises(path: Path) -> list[int]:
+    """The exercise numbers of a saved notebook's check cells (raises with one line when it cannot be read)."""
+    try:
+        nb = read_notebook(path)
+        cells = exercise_cells(nb, path.name)
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:  # NotJSONError is a ValueError
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        raise ValueError(
+            f"cannot be read ({first}): a half-saved or damaged file? Save it again in JupyterLab, or restore "
+            f"the shipped copy with `git checkout -- notebooks/{path.name}` (your answers in it are then lost: "
+            "copy them out first)"
+        ) from None
+    return sorted({n for c in cells if c.cell_type == "code" and (n := check_number(c.source)) is not None})
+
+
+def progress(names: list[str] | None = None, folder: Path = NOTEBOOKS_DIR, timeout: int = TIMEOUT) -> str:
+    """A table of which exercises pass, per notebook, from the notebooks as saved in ``folder``.
+
+    Every exercise of a notebook gets a mark: one whose check left no result (its check cell raised, the
+    section stopped early, or ran past ``timeout``) is marked ``?`` and said why under the table."""
+    folder = Path(folder)
+    chosen = [x for x in lessons() if not names or any(x.ipynb.startswith(n) for n in names)]
+    if names and not chosen:
+        raise SystemExit(f"no lesson of this course starts with {' or '.join(names)}: give a number such as 01")
+    paths = [folder / x.ipynb for x in chosen]
+    if folder != NOTEBOOKS_DIR:  # a folder with some of the notebooks (the tests): those it has
+        paths = [p for p in paths if p.exists()]
     mark = {CORRECT: "✓", WRONG: "✗", NOT_ATTEMPTED: "○"}
-    lines = ["Exercises per notebook: ✓ correct, ✗ not yet, ○ not attempted", ""]
+    lines = ["Exercises per notebook: ✓ correct, ✗ not yet, ○ not attempted, ? not checked (see below)", ""]
+    notes: list[str] = []
     done = total = 0
+    present = [p for p in paths if p.exists()]
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:  # one process each
-        results = list(pool.map(lambda p: _records_or_problem(p, timeout), paths))
-    for path, (records, problem) in zip(paths, results):
-        if problem:
-            lines.append(f"{path.stem:45s} {problem}")
+        results = dict(zip(present, pool.map(lambda p: _records_or_problem(p, timeout), present)))
+    for path in paths:
+        if not path.exists():
+            lines.append(
+                f"{path.stem:45s} missing: restore it with `git checkout -- notebooks/{path.name}` "
+                "(or copy it from a fresh clone of the course)"
+            )
             continue
+        try:
+            expected = expected_exercises(path)
+        except ValueError as exc:
+            lines.append(f"{path.stem:45s} {exc}")
+            continue
+        records, problem = results[path]
         status = {r["exercise"]: r["status"] for r in records}  # the last check of each exercise counts
-        done += sum(s == CORRECT for s in status.values())
-        total += len(status)
-        lines.append(f"{path.stem:45s} " + "  ".join(f"{n}{mark[s]}" for n, s in sorted(status.items())))
+        why = {r["exercise"]: r.get("why") for r in records}
+        notes += [f"{path.stem}: exercise {n}: {why[n]}" for n in sorted(why) if why[n]]
+        numbers = sorted(set(expected) | set(status))
+        total += len(numbers)
+        done += sum(status.get(n) == CORRECT for n in numbers)
+        lines.append(f"{path.stem:45s} " + "  ".join(f"{n}{mark.get(status.get(n), '?')}" for n in numbers))
+        unchecked = [n for n in numbers if n not in status]
+        if unchecked:
+            why = problem or "its check cell did not run to the end (was `ex` replaced, or the section stopped?)"
+            notes.append(f"{path.stem}: exercise {', '.join(map(str, unchecked))} not checked: {why}")
+        elif problem:
+            notes.append(f"{path.stem}: {problem}")
     lines += ["", f"{done} of {total} exercises correct."]
+    if notes:
+        lines += ["", *notes]
     return "\n".join(lines)
 
 
@@ -201,6 +275,6 @@ def _records_or_problem(path: Path, timeout: int) -> tuple[list[dict], str | Non
         return _run_in_subprocess(path, timeout), None
     except subprocess.CalledProcessError as exc:
         last = (exc.stderr.strip().splitlines() or ["no message"])[-1]
-        return [], f"could not run its exercises: {last.replace(str(path.parent) + os.sep, '')}"
-    except subprocess.TimeoutExpired:
-        return [], f"its exercises ran longer than {timeout} s"
+        return [], f"its exercises could not run: {last.replace(str(path.parent) + os.sep, '')}"
+    except _TimedOut as exc:
+        return exc.records, f"its exercises ran longer than {timeout} s (a check that never ends? stopped there)"
