@@ -1803,12 +1803,14 @@ assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(logged, history["tra
 # %% [markdown]
 # ## Exercises (练习)
 #
-# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
-# notebook 02. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
-# below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
-# the stub is untouched. This section does not depend on the lesson's cells (the checks make their own tiny data,
-# not MNIST): after a kernel restart, run its first cell and go on. `make progress` lists which exercises of every
-# notebook pass.
+# Four exercises, easiest first: predict, write a function, write a class, then a stretch that combines this
+# notebook with notebook 02. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The
+# **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted
+# yet* while the stub is untouched. The checks also look at *how* your code works where the task says so (a
+# forward pass on too many samples, a second `optimizer.step()`), not only at the numbers it returns. This section
+# does not depend on the lesson's cells (the checks make their own small data, and exercise 3 reads the MNIST test
+# set from `data/` as section 1 does): after a kernel restart, run its first cell and go on. `make progress`
+# (without make, e.g. on Windows: `python tools/course.py progress`) lists which exercises of every notebook pass.
 
 # %%
 import torch
@@ -1860,7 +1862,8 @@ ex.check(1, answer_1)
 # `F.cross_entropy`, not section 13's label-smoothed `loss_fn`) and the accuracy, a fraction between 0 and 1. The
 # check hands you a model with `BatchNorm1d` and `Dropout` that arrives in training mode, as after a training
 # epoch, and a loader whose last batch is smaller than the others. `model.eval()` is not `torch.no_grad()`:
-# section 13 says what each one does, and evaluation needs both.
+# section 13 says what each one does, and evaluation needs both. Evaluate batch by batch, as the loader hands them
+# out: a real test set is too large for one forward pass, so do not join the batches into one.
 
 
 # %%
@@ -1873,28 +1876,67 @@ def evaluate_classifier(model: nn.Module, loader) -> tuple[float, float]:
 ex.check(2, evaluate_classifier)
 
 # %% [markdown]
-# ### Exercise 3 · Gradient accumulation (stretch)
+# ### Exercise 3 · A batch sampler with every digit in every batch
+#
+# Section 4's `WeightedRandomSampler` balances the digits only on average: a batch of 100 may hold 40 ones or 60.
+# Write `EveryDigitBatches(labels, per_class, generator)`, a **batch sampler** like section 4's `PairSampler`, for
+# `DataLoader(dataset, batch_sampler=...)`. `labels` is a tensor with the label of every sample of the dataset, and
+# each batch it yields is a list of dataset indices with exactly `per_class` samples of *every* digit that occurs in
+# `labels`. Within an epoch no index comes twice; the epoch ends when the rarest digit has fewer than `per_class`
+# unused samples left (the leftovers are dropped). `len(sampler)` is the number of batches per epoch. The order is
+# random, a new one every epoch (section 3), drawn from `generator` (a `torch.Generator`), never from the global
+# random generators, so that a seeded run repeats it.
+#
+# The check runs your sampler in a `DataLoader` over the MNIST test set, then over a part of it that holds only
+# three digits, and looks at the labels of every batch. Section 4's lines `(train_set.targets == 0).nonzero()` and
+# `torch.randperm(10, generator=g)` are all the tools you need.
+
+
+# %%
+# ✏️ Exercise 3: write the methods of the class
+from torch.utils.data import Sampler
+
+
+class EveryDigitBatches(Sampler[list[int]]):
+    def __init__(self, labels: torch.Tensor, per_class: int, generator: torch.Generator):
+        raise NotImplementedError("your code here")
+
+    def __iter__(self):
+        raise NotImplementedError("your code here")
+
+    def __len__(self):
+        raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, EveryDigitBatches)
+
+# %% [markdown]
+# ### Exercise 4 · Gradient accumulation (stretch)
 #
 # **Gradient accumulation** (梯度累加): when a batch of 64 does not fit in memory, split it into two batches of
 # 32, run a forward and a backward pass on each, and step once. Write `accumulation_step(model, micro_batches,
-# optimizer)`. `micro_batches` is a list of `(x, y)` pairs, not all of the same size. Make **one** optimizer step
-# whose update is the one a single step on all of them concatenated would make, with `F.cross_entropy` (the mean
-# over the samples) as the loss, and return that mean loss per sample as a float, computed before the update. As
-# in a training loop, the previous step's gradients are still in `.grad` when the function is called. This is
-# section 12's five-line step combined with notebook 02's section 4: `.grad` adds up across backward passes.
+# optimizer)`. `micro_batches` is a list of `(x, y)` pairs, not all of the same size. Make **one** call of
+# `optimizer.step()` whose update is the one a single step on all of them concatenated would make, with
+# `F.cross_entropy` (the mean over the samples) as the loss, and return that mean loss per sample as a float,
+# computed before the update. As in a training loop, the previous step's gradients are still in `.grad` when the
+# function is called. This is section 12's five-line step combined with notebook 02's section 4: `.grad` adds up
+# across backward passes. The model must never see more than one micro-batch at a time, and each micro-batch's
+# backward pass comes before the next one's forward pass: that way only one micro-batch's activations are ever in
+# memory.
 #
 # A question to think about (not checked): accumulation is known not to mix well with BatchNorm. Why would it not
 # equal one big batch for a model with `BatchNorm2d`, even with the right scaling?
 
 
 # %%
-# ✏️ Exercise 3: write the body of the function
+# ✏️ Exercise 4: write the body of the function
 def accumulation_step(model: nn.Module, micro_batches: list, optimizer: torch.optim.Optimizer) -> float:
     raise NotImplementedError("your code here")
 
 
 # %%
-ex.check(3, accumulation_step)
+ex.check(4, accumulation_step)
 
 # %% [markdown]
 # ## Summary

@@ -28,7 +28,7 @@
 #   clipping, and measure it against training the same model on its own predictions;
 # - translate by **greedy decoding (贪心解码)** and evaluate: exact match, BLEU (what its clipping and smoothing
 #   do), BLEU against sentence length, attention heat maps, and the kinds of sentence each model fails on;
-# - practise in three self-checking exercises at the end.
+# - practise in four self-checking exercises at the end.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop). Recurrent networks are
 # new here: section 5 shows what one GRU step computes, by hand and with PyTorch's `nn.GRU`. **Study time:** about 190 min for a first-time
@@ -1609,12 +1609,14 @@ assert batched_rate > 10 * one_by_one_rate
 # %% [markdown]
 # ## Exercises (练习)
 #
-# Three exercises, easiest first: predict, write a function, then a stretch that combines this notebook with
+# Four exercises, easiest first: predict, two functions to write, then a stretch that combines this notebook with
 # notebook 01. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell**
 # below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while
-# the stub is untouched. This section does not depend on the lesson's cells (no corpus, no training: the checks
-# make their own tiny tensors): after a kernel restart, run its first cell and go on. `make progress` lists which
-# exercises of every notebook pass.
+# the stub is untouched. Where a task says how to compute something (no Python loop, not with sacrebleu), the check
+# reads your function for it too. This section does not depend on the lesson's cells (no training; the checks make
+# their own tensors, and exercise 3's check reads the corpus and runs the lesson's model itself): after a kernel
+# restart, run its first cell and go on. `make progress` (without make, e.g. on Windows:
+# `python tools/course.py progress`) lists which exercises of every notebook pass.
 
 # %%
 import torch
@@ -1653,8 +1655,9 @@ ex.check(1, answer_1)
 # `states` `[B, T, H]` are the decoder states, `keys` `[B, S, H]` the encoder outputs, and `mask` `[B, S]` is True
 # at real words and False at padding. Return `(weights, context)`: `weights` `[B, T, S]` is the softmax over the
 # source positions of the scores $s_t \cdot h_j$, with weight 0 on padded positions (each row still sums to 1), and
-# `context` `[B, T, H]` is $\sum_j \alpha_{tj} h_j$. No loop is needed: two batched matrix products and a masked
-# softmax. It must work for `T = 1` too, one step of greedy decoding.
+# `context` `[B, T, H]` is $\sum_j \alpha_{tj} h_j$. Write it without a Python loop, as section 7 computes
+# attention for all steps and sentences at once: two batched matrix products and a masked softmax. It must work for
+# `T = 1` too, one step of greedy decoding.
 
 
 # %%
@@ -1667,7 +1670,32 @@ def dot_attention(states: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) 
 ex.check(2, dot_attention)
 
 # %% [markdown]
-# ### Exercise 3 · Clipped n-gram counts for a batch (stretch)
+# ### Exercise 3 · The loss over real words, per sentence and per batch
+#
+# Section 8's `train_step` leaves the padding out of the loss with `ignore_index=PAD_token` and gets one number, the
+# mean over the batch's real target words. To see which sentences a model finds hard you also want each sentence's
+# own loss. Write `masked_losses(logits, tgt)`: `logits` `[B, T, V]` is what `Seq2Seq.forward` returns and `tgt`
+# `[B, T]` the padded target batch. Return `(per_sentence, mean)`: `per_sentence` `[B]` is each sentence's mean
+# cross-entropy over its real words only, and `mean` the mean over all the real words of the batch, the loss
+# `train_step` minimises, as a 0-d tensor that `backward()` can be called on. No Python loop: one call of
+# `F.cross_entropy` with `reduction="none"` gives the loss of every position, and a mask does the rest.
+#
+# The check runs the lesson's model (built by section 7's `build_model`) on real batches of the corpus, then
+# compares `per_sentence` with each sentence's loss computed alone, without padding, as section 8 does, and `mean`
+# and its gradient with what `train_step` computes.
+
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def masked_losses(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, masked_losses)
+
+# %% [markdown]
+# ### Exercise 4 · Clipped n-gram counts for a batch (stretch)
 #
 # Section 10's BLEU rests on **clipped** n-gram counts: an n-gram of the hypothesis (the model's translation) counts
 # as matched at most as often as it occurs in the reference. Write `clipped_counts(hyp, ref, n)` for a batch of
@@ -1678,19 +1706,20 @@ ex.check(2, dot_attention)
 # gives 1 match out of 4 unigrams and 0 out of 3 bigrams. Summed over a corpus, these are the `counts` and `totals`
 # that sacrebleu printed in section 10. The check tries `n = 1` and `n = 2`.
 #
-# Any correct way passes. To practise notebook 01, try it without a Python loop: `F.one_hot(ids, V).sum(1)` counts
+# Count them yourself: sacrebleu (section 10) computes these counts, and an answer that calls it is refused. Any
+# other correct way passes. To practise notebook 01, try it without a Python loop: `F.one_hot(ids, V).sum(1)` counts
 # the words of each sentence (a reduction over the positions, 01's section 3), `torch.minimum` clips, and for
 # `n = 2` each pair of neighbouring ids can first be turned into one number.
 
 
 # %%
-# ✏️ Exercise 3: write the body of the function
+# ✏️ Exercise 4: write the body of the function
 def clipped_counts(hyp: torch.Tensor, ref: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     raise NotImplementedError("your code here")
 
 
 # %%
-ex.check(3, clipped_counts)
+ex.check(4, clipped_counts)
 
 # %% [markdown]
 # ## Summary

@@ -1687,12 +1687,12 @@ assert all(difference > 1e-2 for name, difference in results.items() if name not
 # %% [markdown]
 # ## Exercises (练习)
 #
-# Three exercises, easiest first: predict, write a module, then a stretch that combines sections 2.4, 2.7, 3.1
-# and 3.2 with the training loop of notebook 04. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit
-# it and run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to
-# re-read, or *not attempted yet* while the stub is untouched. This section does not depend on the lesson's cells:
-# after a kernel restart, run its first cell and go on. `make progress` lists which exercises of every notebook
-# pass.
+# Four exercises, easiest first: predict, write a module, write an optimizer's update, then a stretch that combines
+# sections 2.4, 2.7, 3.1 and 3.2 with the training loop of notebook 04. Each has a **stub cell** that starts with
+# `# ✏️ Exercise N`: edit it and run it. The **check cell** below it then says *correct*, or *not yet* with a hint
+# and the section to re-read, or *not attempted yet* while the stub is untouched. This section does not depend on
+# the lesson's cells: after a kernel restart, run its first cell and go on. `make progress` (without make, e.g. on
+# Windows: `python tools/course.py progress`) lists which exercises of every notebook pass.
 
 # %%
 import math
@@ -1741,7 +1741,8 @@ ex.check(1, answer_1)
 # along the **last** dimension (size `n`) with the biased variance and `eps`, then multiplies by a learnable
 # `weight` (initially ones) and adds a learnable `bias` (initially zeros), both of shape `(n,)`, exactly as
 # `nn.LayerNorm(n, eps=eps)`. It must work for inputs of any number of dimensions, train (its parameters get
-# gradients) and follow `.to(torch.float64)` (section 1.1).
+# gradients) and follow `.to(torch.float64)` (section 1.1). Write the formula with tensor operations: the check
+# refuses `F.layer_norm` and the other library normalisations, and a subclass of `nn.LayerNorm`.
 
 
 # %%
@@ -1759,7 +1760,29 @@ class MyLayerNorm(nn.Module):
 ex.check(2, MyLayerNorm)
 
 # %% [markdown]
-# ### Exercise 3 · AdamW, decay groups and warm-up + cosine, in notebook 04's loop (stretch)
+# ### Exercise 3 · AdamW, one step at a time
+#
+# Sections 2.3 and 2.4 wrote Adam and its decoupled weight decay as formulas. Write `adamw_step(params, state, lr,
+# betas, eps, weight_decay)`: one step of AdamW on every tensor of the list `params`, **in place**, from each one's
+# `.grad`, so that calling it after every backward moves the parameters exactly as
+# `torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)` would, step for step. `state`
+# is a dict, empty at the first call, that the caller passes back unchanged at every later call: keep in it what
+# the update needs from one step to the next (section 2.5 lists what `optimizer.state` holds). Use tensor
+# operations, not `torch.optim`: the check compares your parameters with AdamW's after every step, and refuses an
+# answer that runs the library's optimizer.
+
+
+# %%
+# ✏️ Exercise 3: write the body of the function
+def adamw_step(params, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+    raise NotImplementedError("your code here")
+
+
+# %%
+ex.check(3, adamw_step)
+
+# %% [markdown]
+# ### Exercise 4 · AdamW, decay groups and warm-up + cosine, in notebook 04's loop (stretch)
 #
 # A common recipe for training a transformer combines AdamW, decay groups and a warm-up followed by a cosine. Write
 # `fit(model, loader, epochs, lr, weight_decay, warmup_steps)`, which trains `model` on the `(x, y)` batches of
@@ -1767,9 +1790,10 @@ ex.check(2, MyLayerNorm)
 #
 # * `torch.optim.AdamW` (section 2.4) at learning rate `lr`, with weight decay `weight_decay` on every parameter
 #   tensor of two or more dimensions and `0` on the 1-D ones (section 2.7);
-# * a `LambdaLR` stepped after **every batch**, whose factor warms up linearly, then follows a half cosine down to
-#   zero (sections 3.1–3.2): $f(s) = (s+1)/w$ for $s < w$, else $\tfrac12\bigl(1 + \cos(\pi (s - w) / (T - w))\bigr)$,
-#   where $s$ counts the scheduler's steps so far, $w$ is `warmup_steps` and $T$ = `epochs * len(loader)`;
+# * a learning-rate scheduler (a `LambdaLR`, or a chain of built-in ones) stepped after **every batch**, whose factor
+#   warms up linearly, then follows a half cosine down to zero (sections 3.1–3.2): $f(s) = (s+1)/w$ for $s < w$,
+#   else $\tfrac12\bigl(1 + \cos(\pi (s - w) / (T - w))\bigr)$, where $s$ counts the scheduler's steps so far,
+#   $w$ is `warmup_steps` and $T$ = `epochs * len(loader)`;
 # * the training step of [notebook 04](04_mnist_cnn.ipynb), §13, with `F.mse_loss(model(x), y)` as the loss.
 #
 # Return `(optimizer, lrs)`, where `lrs[i]` is the learning rate of the i-th optimizer step, read from
@@ -1777,13 +1801,13 @@ ex.check(2, MyLayerNorm)
 
 
 # %%
-# ✏️ Exercise 3: write the body of the function
+# ✏️ Exercise 4: write the body of the function
 def fit(model, loader, epochs, lr, weight_decay, warmup_steps):
     raise NotImplementedError("your code here")
 
 
 # %%
-ex.check(3, fit)
+ex.check(4, fit)
 
 # %% [markdown]
 # ## Summary

@@ -1385,8 +1385,8 @@ assert fastest["flip_per_sample"] > 5 * fastest["flip_vectorised"]
 # convolutions and BatchNorm of notebook 04. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it
 # and run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to
 # re-read, or *not attempted yet* while the stub is untouched. This section does not depend on the lesson's
-# cells: after a kernel restart, run its first cell and go on. `make progress` lists which exercises of every
-# notebook pass.
+# cells: after a kernel restart, run its first cell and go on. `make progress` (without make, e.g. on Windows:
+# `python tools/course.py progress`) lists which exercises of every notebook pass.
 
 # %%
 import torch
@@ -1448,7 +1448,8 @@ ex.check(2, checkpointed)
 # kh, kw)` ([notebook 04](04_mnist_cnn.ipynb), §10), BatchNorm's eval-mode formula with its running statistics
 # ([notebook 04](04_mnist_cnn.ipynb), §13; they are buffers, [notebook 06](06_save_load_checkpoints.ipynb), §1),
 # and the convolution's other settings (`stride`, `padding`, `dilation`, `groups`). Convolutions followed by
-# BatchNorm are often built with `bias=False` ([notebook 04](04_mnist_cnn.ipynb), §12 says why).
+# BatchNorm are often built with `bias=False` ([notebook 04](04_mnist_cnn.ipynb), §12 says why). The check refuses
+# the library's folding (`fuse_conv_bn_eval`, `fuse_conv_bn_weights`, whatever name they are imported under).
 
 
 # %%

@@ -612,7 +612,8 @@ else:
 # checkpoints of notebook 06. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it.
 # The **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or *not
 # attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
-# restart, run its first cell and go on. `make progress` lists which exercises of every notebook pass.
+# restart, run its first cell and go on. `make progress` (without make, e.g. on Windows: `python tools/course.py
+# progress`) lists which exercises of every notebook pass.
 
 # %%
 import random
@@ -661,8 +662,9 @@ ex.check(1, answer_1)
 #
 # Write `seeded_loader(dataset, batch_size, seed)`. It returns a `DataLoader` that shuffles anew every epoch and
 # whose sequence of epoch orders is fixed by `seed`: the same every time it is built with that seed (another
-# seed, other orders), whatever else the program draws. It must never reseed or draw from the global generator,
-# not even once per epoch; that is also what makes worker processes repeat (sections 1.3 and 3).
+# seed, other orders), whatever else the program draws. It must never reseed or draw from a global generator
+# (torch's, NumPy's or Python's), not even once per epoch; that is also what makes worker processes repeat
+# (sections 1.3 and 3).
 
 
 # %%
@@ -683,7 +685,9 @@ ex.check(2, seeded_loader)
 # generator and, when CUDA is available, every GPU's; and `rng_restore(snapshot)`, which puts them back, so that
 # the draws after a restore are the draws that followed the snapshot. The snapshot goes into a checkpoint, so it
 # must survive `torch.save` and `torch.load(..., weights_only=True)` ([notebook 06](06_save_load_checkpoints.ipynb),
-# §4): the check saves and loads it before restoring. (`utils.checkpoint_files` has such functions; write your own.)
+# §4): the check saves and loads it before restoring. Keep it plain data: `rng_restore` must not unpickle anything
+# (that would reopen the hole `weights_only=True` closes). (`utils.checkpoint_files` has such functions; write your
+# own.)
 
 
 # %%

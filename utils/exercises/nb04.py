@@ -4,16 +4,22 @@ the checks, and with them the answers, stay out of the learner's notebook; ``mak
 """
 
 import copy
+import functools
+import random
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from utils.exercises import Registry, expect, hint, returns, shape_answer
+from utils.exercises.rules import autograd_runs
 
 EXERCISES = Registry("04")
 
+LOADER = "3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches"
+SAMPLERS = "4. The data pipeline, part 3: samplers choose the indices"
 CONV = "10. Convolutions, layers and two classic MNIST models"
 SOFTMAX = "11. Softmax, cross-entropy, and a softmax too many"
 STEP = "12. The course model and one training step by hand"
@@ -122,21 +128,45 @@ def evaluate_classifier(fn):
         expected_acc = sum(right) / n
         batches = [(logits[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]
 
-        calls = []  # (training mode, grad mode) of every forward pass of the model
+        calls = []  # (training mode, grad mode, batch size) of every forward pass of the model
         handle = model.register_forward_hook(
-            lambda m, i, o, calls=calls: calls.append((m.training, torch.is_grad_enabled()))
+            lambda m, i, o, calls=calls: calls.append((m.training, torch.is_grad_enabled(), len(i[0])))
         )
+        grad_mode = torch.is_grad_enabled()
         try:
             result = returns(fn, model, loader)
         finally:
             handle.remove()
+            left_off = torch.is_grad_enabled() != grad_mode
+            torch.set_grad_enabled(grad_mode)  # the learner's kernel gets its grad mode back
+        if left_off:
+            hint(
+                "your function switched gradient recording off for the whole kernel and left it off "
+                "(`torch.set_grad_enabled(False)` as a statement, say): every training step run afterwards would "
+                "silently compute no gradients. Use `with torch.no_grad():` or `@torch.no_grad()`, which switch it "
+                "back on when the evaluation ends"
+            )
+        frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+        if frozen:
+            hint(
+                f"your function set `requires_grad=False` on the model's parameters (`{frozen[0]}`, ...): that changes "
+                "the model, and the next training step would leave them unchanged. `torch.no_grad()` stops autograd "
+                "from recording while leaving the parameters as they are"
+            )
+        if calls and max(size for _, _, size in calls) > batch_size:
+            hint(
+                f"the model ran on {max(size for _, _, size in calls)} samples in one forward pass, more than the "
+                f"loader's batches of {batch_size}: you joined the batches together. On a real test set that is one "
+                "huge forward pass that may not fit in memory, the reason a loader hands out batches. Run the model "
+                "on each batch and add up the losses and the right predictions as you go"
+            )
         expect(isinstance(result, (tuple, list)) and len(result) == 2, "return a pair: (mean loss, accuracy)")
-        if any(training for training, _ in calls):
+        if any(training for training, _, _ in calls):
             hint(
                 "the model ran in training mode: BatchNorm normalised with each batch's statistics and Dropout "
                 "dropped values. Call `model.eval()` before evaluating"
             )
-        if any(grad for _, grad in calls):
+        if any(grad for _, grad, _ in calls):
             hint(
                 "the forward passes recorded a graph: evaluate inside `with torch.no_grad():` (or decorate the "
                 "function with `@torch.no_grad()`). `model.eval()` alone does not stop recording"
@@ -199,6 +229,129 @@ def evaluate_classifier(fn):
         )
 
 
+@functools.cache
+def _mnist_test() -> tuple[torch.Tensor, torch.Tensor]:
+    """The MNIST test set's images (uint8 [10000, 28, 28]) and labels, loaded as section 1 loads them."""
+    from utils.data import load_mnist  # imports torchvision: only when this exercise is checked
+
+    test = load_mnist(train=False)
+    return test.data, test.targets
+
+
+class _Digits(Dataset):
+    """Section 2's DigitImages, which also returns each sample's index (to check what the sampler chose)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels = images, labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.images[i].unsqueeze(0), int(self.labels[i]), i
+
+
+def _rng_states():
+    return torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+
+
+def _same_states(a, b) -> bool:
+    return torch.equal(a[0], b[0]) and a[1] == b[1] and np.array_equal(a[2], b[2])
+
+
+def _epoch(loader: DataLoader, n: int, classes: list[int], per_class: int) -> list[list[int]]:
+    """One epoch of ``loader``: the indices of each batch, after checking each batch's labels and indices."""
+    batches = [(labels, indices) for _, labels, indices in loader]
+    for b, (labels, _) in enumerate(batches):
+        strays = sorted(set(labels.tolist()) - set(classes))
+        expect(not strays, f"a batch holds digits {strays} that do not occur in `labels`")
+        counts = {c: int((labels == c).sum()) for c in classes}
+        if all(v == per_class for v in counts.values()):
+            continue
+        if b == len(batches) - 1 and all(v <= per_class for v in counts.values()):
+            hint(
+                f"the last batch holds {len(labels)} samples, not {per_class} of each of the {len(classes)} digits: "
+                "when the rarest digit has fewer than `per_class` images left, the epoch ends (the leftovers are "
+                "dropped, as `drop_last=True` drops them)",
+                LOADER,
+            )
+        hint(
+            f"a batch holds {counts} images of each digit, not {per_class} of each: "
+            "`WeightedRandomSampler` and shuffling balance the digits only on average. Take `per_class` "
+            "indices from each digit's own shuffled list of indices for every batch"
+        )
+    flat = [i for _, indices in batches for i in indices.tolist()]
+    expect(all(0 <= i < n for i in flat), f"an index is outside the data set (0 to {n - 1})")
+    if len(set(flat)) < len(flat):
+        hint(
+            "an index came twice in one epoch: an epoch reads each image at most once. Shuffle each digit's "
+            "indices once per epoch (a permutation, `torch.randperm`) and take them in turn, without replacement"
+        )
+    return [indices.tolist() for _, indices in batches]
+
+
+@EXERCISES.exercise(3, "A batch sampler with every digit in every batch (write a class)", SAMPLERS)
+def every_digit_batches(cls):
+    expect(isinstance(cls, type), "give the class itself, `EveryDigitBatches`, not an instance of it")
+    iter(cls(torch.tensor([0, 1, 1, 0]), 1, torch.Generator().manual_seed(0)))  # an untouched stub stops here
+    images, targets = _mnist_test()
+    pick = torch.nonzero((targets == 2) | (targets == 5) | (targets == 7)).squeeze(1)[:1200]
+    cases = [  # (dataset, its labels, per_class): the whole test set; 1200 images of three digits only
+        (_Digits(images, targets), targets, 8),
+        (_Digits(images[pick], targets[pick]), targets[pick], 5),
+    ]
+    for dataset, labels, per_class in cases:
+        classes = labels.unique().tolist()
+        rarest = min(int((labels == c).sum()) for c in classes)
+        expected = rarest // per_class
+
+        def epochs(seed: int, count: int = 1, dataset=dataset, labels=labels, per_class=per_class, classes=classes):
+            sampler = cls(labels.clone(), per_class, torch.Generator().manual_seed(seed))
+            # the loader's own generator: without one, each epoch would draw a worker seed from the global one
+            loader = DataLoader(dataset, batch_sampler=sampler, generator=torch.Generator().manual_seed(seed))
+            return [_epoch(loader, len(dataset), classes, per_class) for _ in range(count)], loader.batch_sampler
+
+        states = _rng_states()
+        (first, second), sampler = epochs(0, count=2)
+        global_rng = not _same_states(states, _rng_states())
+        try:
+            n_batches = len(sampler)
+        except TypeError as err:
+            hint(
+                f"`len(sampler)` fails ({str(err).splitlines()[0]}): `len(loader)`, the number of steps per epoch, "
+                "needs the batch sampler's `__len__`",
+            )
+        if len(first) != expected:
+            hint(
+                f"one epoch yielded {len(first)} batches, but the rarest of the digits {classes} has {rarest} "
+                f"images here: {expected} batches of {per_class} of each digit"
+            )
+        expect(
+            n_batches == expected,
+            f"`len(sampler)` is {n_batches!r}, but an epoch yields {expected} batches: `__len__` must say how many "
+            "batches `__iter__` yields",
+        )
+        if global_rng:
+            hint(
+                "the sampler drew from a global random generator (`torch.randperm` or `random.shuffle` without "
+                "the `generator` it was given): the order then depends on everything else the program drew. Pass "
+                "`generator=self.generator` to every `torch.randperm`",
+                LOADER,
+            )
+        if first == second:
+            hint(
+                "the second epoch repeats the first one's batches: shuffle in `__iter__`, which runs once per "
+                "epoch, not once in `__init__`",
+                LOADER,
+            )
+        if epochs(0)[0][0] != first or epochs(1)[0][0] == first:
+            hint(
+                "the order does not follow the generator: two samplers given generators seeded alike must give the "
+                "same batches, and another seed other batches. Draw every permutation from the `generator` given",
+                LOADER,
+            )
+
+
 def _tiny_cnn(seed: int) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
@@ -215,7 +368,7 @@ def _combine(*terms):
     return [sum(w * g[i] for w, g in terms) for i in range(len(terms[0][1]))]
 
 
-@EXERCISES.exercise(3, "Gradient accumulation (stretch)", STEP)
+@EXERCISES.exercise(4, "Gradient accumulation (stretch)", STEP)
 def accumulation_step(fn):
     lr = 0.5
     for seed, sizes in ((0, (5, 3, 4)), (1, (2, 6))):
@@ -237,8 +390,39 @@ def accumulation_step(fn):
         for p, s in zip(model.parameters(), stale):
             p.grad = s.clone()
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        loss = returns(fn, model, micro, optimizer)
+        steps, forwards = [0], []  # optimizer steps; (autograd runs so far, batch size) of each recording forward
+
+        with autograd_runs() as runs:
+
+            def count_step(opt, args, kwargs, steps=steps):
+                steps[0] += 1
+
+            def note_forward(module, inputs, forwards=forwards, runs=runs):
+                if torch.is_grad_enabled():
+                    forwards.append((runs[0], len(inputs[0])))
+
+            hooks = [optimizer.register_step_post_hook(count_step), model.register_forward_pre_hook(note_forward)]
+            try:
+                loss = returns(fn, model, micro, optimizer)
+            finally:
+                for h in hooks:
+                    h.remove()
         after = [p.detach() for p in model.parameters()]
+        if steps[0] > 1:
+            hint(
+                f"`optimizer.step()` ran {steps[0]} times for {k} micro-batches: a step per micro-batch is ordinary "
+                "small-batch training, each step on a few samples' gradient. Accumulation adds up the gradients "
+                "of all the micro-batches first: call `optimizer.step()` once, after the loop",
+                ACCUMULATE,
+            )
+        if steps[0] == 0:
+            if not all(torch.equal(a, b) for a, b in zip(after, before)):
+                hint(
+                    "the parameters changed but `optimizer.step()` never ran: you updated them by hand. Call "
+                    "`optimizer.step()`: the function must work with any optimizer (AdamW keeps moment estimates "
+                    "and weight decay that a hand-written SGD update leaves out)"
+                )
+            hint("`optimizer.step()` never ran: after the backward passes, one step applies the accumulated gradient")
 
         def moved_by(grads, after=after, before=before):  # did plain SGD move the parameters by -lr * grads?
             return all(torch.allclose(a, b - lr * d, rtol=1e-4, atol=1e-5) for a, b, d in zip(after, before, grads))
@@ -298,6 +482,23 @@ def accumulation_step(fn):
                 "should be the gradient of the mean loss over all the samples",
                 ACCUMULATE,
             )
+        largest = max(sizes)
+        if max(size for _, size in forwards) > largest:
+            hint(
+                f"the model ran on {max(size for _, size in forwards)} samples in one forward pass, but the largest "
+                f"micro-batch has {largest}: you joined the micro-batches into one batch. The update is right, but "
+                "accumulation exists because the big batch does not fit in memory: run a forward and a backward "
+                "pass on each micro-batch",
+                ACCUMULATE,
+            )
+        if any(a == b for (a, _), (b, _) in zip(forwards, forwards[1:])):
+            hint(
+                "two forward passes ran before a backward pass: the first micro-batch's graph (all its "
+                "activations) was still in memory while the second was built, so memory grows with the number "
+                "of micro-batches. Call `backward()` on each micro-batch's share of the loss before the next "
+                "forward pass: backward frees the graph it used",
+                ACCUMULATE,
+            )
         loss = _number(loss, "the returned loss")
         if abs(loss - expected_loss) < 1e-5:
             continue
@@ -309,6 +510,14 @@ def accumulation_step(fn):
             hint("the returned loss is the sum of the micro-batches' means: weight each by len(x) / total")
         if abs(loss - means[-1]) < 1e-5:
             hint("the returned loss is the last micro-batch's: return the mean loss over all the samples")
+        with torch.no_grad():
+            after_step = F.cross_entropy(model(x), y).item()
+        if abs(loss - after_step) < 1e-5:
+            hint(
+                "the returned loss was computed after the update, with a forward pass of its own: return the loss "
+                "of the forward passes that made the gradients, before `optimizer.step()` (add up each "
+                "micro-batch's share as you go)"
+            )
         hint(
             f"the returned loss should be the mean loss per sample over all micro-batches, before the step "
             f"({expected_loss:.4f}), not {loss:.4f}"

@@ -3,12 +3,17 @@ Used by notebook 05, whose ``Checker("05")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import functools
+import math
+import random
 from collections import Counter
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from utils.exercises import Registry, expect, hint, returns, shape_answer
+from utils.exercises.rules import python_loops, refers_to
 from utils.seq2seq import PAD_token
 
 EXERCISES = Registry("05")
@@ -16,6 +21,8 @@ EXERCISES = Registry("05")
 PADDING = "5. Batches: padding and packing"
 NOTES_ATTENTION = "6. The classic attention decoder scores positions, not the words at them"
 CONTEXT = "7. One decoder, three ways to choose the context"
+TRAINING = "8. Training: masked loss, teacher forcing, clipping"
+SPEED = "15. Speed: one pair at a time against batches"
 BLEU = "10. Evaluation: BLEU and exact match"
 REDUCTIONS = "01 · 3. Dimensions and shapes"
 
@@ -86,6 +93,14 @@ def dot_attention(fn):
         expected_w, expected_c = _reference_attention(states, keys, mask)
         result = returns(fn, states.clone(), keys.clone(), mask.clone())
         expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (weights, context)")
+        if loops := python_loops(fn):
+            hint(
+                f"{loops[0]}: the task asks for no Python loop. Section 7 computes attention for every decoder step "
+                "of every sentence in one batched expression: `@` multiplies each sentence's [T, H] by its "
+                "[H, S] at once, and a loop over sentences or steps calls small operations one by one, the cost "
+                "section 15 measures",
+                SPEED,
+            )
         weights, context = result
         expect(isinstance(weights, torch.Tensor) and isinstance(context, torch.Tensor), "return two tensors")
         if tuple(weights.shape) == (b, t, h) and tuple(context.shape) == (b, t, s) and h != s:
@@ -166,6 +181,146 @@ def dot_attention(fn):
         hint("the weights are right but the context is not: it is the weighted sum of the keys, `weights @ keys`")
 
 
+@functools.cache
+def _lesson_batches():
+    """Notebook 05's code (its shared cells), a model built by its ``build_model`` and two real batches of its
+    training split: one of 80 pairs in random order (much padding), one of 5 pairs."""
+    from tools import lesson_code
+    from utils.seq2seq import CORPUS_FILE, batch_tensors, build_langs, filter_pairs, read_pairs, split_pairs
+
+    lesson = lesson_code.load("05_seq2seq_translation")
+    train, _, _ = split_pairs(filter_pairs(read_pairs(CORPUS_FILE, reverse=True)), (0.8, 0.1, 0.1), seed=0)
+    src_lang, tgt_lang = build_langs(train, "fra", "eng")
+    pairs = random.Random(5).sample(train, 85)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = lesson.build_model("content", src_lang, tgt_lang, hidden_size=112, dropout_p=0.0).eval()
+    cases = []
+    for chunk in (pairs[:80], pairs[80:]):
+        batch = batch_tensors(chunk, src_lang, tgt_lang)
+        with torch.no_grad():
+            logits, _ = model(batch.src, batch.src_lengths, batch.tgt)
+            alone = []  # section 8's check: each sentence through the model on its own, no padding anywhere
+            for pair in chunk:
+                one = batch_tensors([pair], src_lang, tgt_lang)
+                alone.append(F.cross_entropy(model(one.src, one.src_lengths, one.tgt)[0][0], one.tgt[0]))
+        cases.append((lesson, batch, logits, torch.stack(alone)))
+    return cases
+
+
+class _FixedLogits(nn.Module):
+    """A "model" whose forward returns the same logits: to run the lesson's own ``train_step`` on them."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(logits.clone())
+
+    def forward(self, src, src_lengths, tgt):
+        return self.logits, None
+
+
+def _train_step_loss(lesson, batch, logits: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """The loss the lesson's ``train_step`` computes on ``logits``, and its gradient with respect to them."""
+    fixed = _FixedLogits(logits)
+    loss, _ = lesson.train_step(fixed, batch, torch.optim.SGD(fixed.parameters(), lr=0.0), clip=math.inf)
+    return loss, fixed.logits.grad
+
+
+def _call_masked(fn, logits: torch.Tensor, tgt: torch.Tensor):
+    try:
+        return returns(fn, logits, tgt)
+    except RuntimeError as err:
+        if "expected target size" in str(err).lower():
+            hint(
+                "`F.cross_entropy` wants the classes in dimension 1: [N, V] logits with [N] targets, or "
+                "[B, V, T] with [B, T]. Flatten the batch and the steps together, `logits.flatten(0, 1)` and "
+                "`tgt.flatten()`, as `train_step` does, and reshape the result back to [B, T]"
+            )
+        raise
+
+
+@EXERCISES.exercise(3, "The loss over real words, per sentence and per batch (write a function)", TRAINING)
+def masked_losses(fn):
+    _call_masked(fn, torch.zeros(2, 3, 5), torch.tensor([[4, 2, 0], [4, 4, 2]]))  # an untouched stub stops here
+    for lesson, batch, logits, alone in _lesson_batches():
+        tgt, (b, t, _) = batch.tgt, logits.shape
+        real = tgt != PAD_token
+        lengths = real.sum(1)
+        expected_mean, expected_grad = _train_step_loss(lesson, batch, logits)
+        leaf = logits.clone().requires_grad_()
+        result = _call_masked(fn, leaf, tgt.clone())
+        expect(isinstance(result, tuple) and len(result) == 2, "return a pair: `(per_sentence, mean)`")
+        per_sentence, mean = result
+        if loops := python_loops(fn):
+            hint(
+                f"{loops[0]}: the task asks for no Python loop. The losses of every position of every sentence come "
+                'from one call, `F.cross_entropy(..., reduction="none")`; the mask then picks the real words and '
+                "sums over dimension 1 reduce each sentence (01's reductions)",
+            )
+        expect(
+            isinstance(per_sentence, torch.Tensor) and tuple(per_sentence.shape) == (b,),
+            f"`per_sentence` should be a tensor of shape [B] = ({b},), one loss per sentence, not "
+            f"{tuple(per_sentence.shape) if isinstance(per_sentence, torch.Tensor) else type(per_sentence).__name__}",
+        )
+        if not isinstance(mean, torch.Tensor):
+            hint(
+                f"`mean` is a {type(mean).__name__}: it is the loss that `backward()` will be called on, so it must be "
+                "a tensor still attached to the logits' graph (no `.item()`)"
+            )
+        expect(mean.dim() == 0, f"`mean` should be one number, a 0-d tensor, not a tensor of shape {tuple(mean.shape)}")
+        expect(
+            mean.requires_grad,
+            "`mean` does not require a gradient: it was detached from the logits (`.detach()`, `.data`, "
+            "`torch.tensor(...)` of a number, or `torch.no_grad()`), so `backward()` could not train the model",
+        )
+        per_position = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), reduction="none").view(b, t)
+        with torch.no_grad():
+            got, m = per_sentence.detach().double(), float(mean)
+        if not torch.allclose(got, alone.double(), rtol=1e-4, atol=1e-4):
+            padded_means = (per_position.mean(1), (per_position * real).sum(1) / t)  # padding's loss, or zeros
+            if any(torch.allclose(got, p.double(), rtol=1e-4, atol=1e-4) for p in padded_means):
+                hint(
+                    "`per_sentence` counts the padding: each sentence's mean is over its real words only, the sum of "
+                    "their losses divided by its length, not by the padded width T",
+                    PADDING,
+                )
+            if torch.allclose(got, (per_position * real).sum(1).double(), rtol=1e-4, atol=1e-4):
+                hint("`per_sentence` is each sentence's *sum* over its words: divide by its number of real words")
+            if torch.allclose(got, (per_position * ~real).sum(1).double() / (~real).sum(1).clamp(min=1), atol=1e-4):
+                hint("the mask is the wrong way round: `tgt != PAD_token` is True at the real words")
+            softmaxed = F.cross_entropy(logits.softmax(-1).flatten(0, 1), tgt.flatten(), reduction="none")
+            if torch.allclose(got, (softmaxed.view(b, t) * real).sum(1).double() / lengths, atol=1e-4):
+                hint("the loss was computed on softmax outputs: `F.cross_entropy` takes the logits")
+            hint(
+                "`per_sentence` differs from the lesson's: section 8 computes each sentence's loss by running it "
+                "alone through the model; your value for the whole batch should equal it. Take the loss at every "
+                'position (`reduction="none"`), keep the real words (`tgt != PAD_token`) and average each row '
+                "over its real words"
+            )
+        if abs(m - expected_mean) > 1e-4 * max(1.0, abs(expected_mean)):
+            if any(abs(m - p.item()) < 1e-4 for p in (per_position.mean(), (per_position * real).sum() / (b * t))):
+                hint(
+                    "`mean` counts the padding: it is the mean over the batch's real words, what "
+                    "`ignore_index=PAD_token` gives `train_step`"
+                )
+            if abs(m - alone.mean().item()) < 1e-4 and abs(alone.mean().item() - expected_mean) > 1e-4:
+                hint(
+                    "`mean` is the mean of the sentences' means, which gives a short sentence's words more weight "
+                    "than a long one's: `train_step`'s loss is the mean over all the real words of the batch. "
+                    "Weight each sentence by its number of words"
+                )
+            hint(
+                f"`mean` should be {expected_mean:.4f}, the loss `train_step` computes with `ignore_index`, not "
+                f"{m:.4f}: the sum of the real words' losses divided by their number"
+            )
+        (grad,) = torch.autograd.grad(mean, leaf, allow_unused=True)
+        expect(
+            grad is not None and torch.allclose(grad, expected_grad, rtol=1e-3, atol=1e-7),
+            "`mean` has the right value but not the right gradient: compute it from the logits with tensor "
+            "operations all the way, without numbers taken out of the graph",
+        )
+
+
 def _ngrams(ids: list[int], n: int) -> Counter:
     words = [w for w in ids if w != PAD_token]
     return Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
@@ -206,8 +361,15 @@ def _as_list(value, name: str, b: int) -> list:
     return value.tolist()
 
 
-@EXERCISES.exercise(3, "Clipped n-gram counts, batched (stretch)", BLEU)
+@EXERCISES.exercise(4, "Clipped n-gram counts, batched (stretch)", BLEU)
 def clipped_counts(fn):
+    if library := refers_to(fn, "sacrebleu", "sentence_bleu", "corpus_bleu", "BLEU", "extract_all_word_ngrams"):
+        named = "" if library == "sacrebleu" else f" (`{library}`)"
+        hint(
+            f"your function uses sacrebleu{named}, which counts the n-grams for you: the exercise is to count and "
+            "clip them yourself, to see what BLEU's precision is made of. Section 10 uses sacrebleu to check such "
+            "counts, not to make them"
+        )
     the = [5, 5, 5, 5]  # "the the the the" against "the cat is here"
     cases = [
         (_padded([the], 4), _padded([[5, 6, 7, 8]], 4)),

@@ -4,6 +4,7 @@ the checks, and with them the answers, stay out of the learner's notebook; ``mak
 """
 
 import copy
+import importlib
 import math
 import numbers
 import warnings
@@ -11,9 +12,13 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader, TensorDataset
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import assigned_names, calls_to, counting_calls, refers_to, torch_calls
+
+_adam = importlib.import_module("torch.optim.adam")  # the module; `torch.optim.adam` names the function
 
 EXERCISES = Registry("10")
 
@@ -21,7 +26,9 @@ S_STATE = "1.1 Where a module keeps its state"
 S_LIST = "1.2 `ModuleList` and `Sequential` versus a Python list"
 S_DROPOUT = "1.7 `train()` and `eval()`: Dropout"
 S_LAYERNORM = "1.9 LayerNorm by hand, and biased versus unbiased variance"
+S_ADAM = "2.3 Adam, written by hand"
 S_ADAMW = "2.4 Weight decay: L2 in the loss, or decoupled (AdamW)"
+S_STATE_DICT = "2.5 What `optimizer.state` holds, and `add_param_group`"
 S_DECAY = "2.7 No weight decay for biases and normalisation weights"
 S_LAMBDA = "3.1 Learning-rate schedulers: `LambdaLR`"
 S_WARMUP = "3.2 Chained schedulers, warm-up, cosine, one-cycle"
@@ -123,10 +130,73 @@ def _layer_norm_cases(cls):
         yield module, x, eps
 
 
+NORM_MODULES = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.modules.batchnorm._NormBase)
+"""Library normalisation layers: MyLayerNorm must not be one, nor hold one."""
+NORM_NAMES = (
+    "layer_norm",
+    "LayerNorm",
+    "native_layer_norm",
+    "group_norm",
+    "GroupNorm",
+    "batch_norm",
+    "BatchNorm1d",
+    "instance_norm",
+    "rms_norm",
+    "RMSNorm",
+)
+"""Library normalisations, by name in the source: each computes the whole formula (rms_norm of x − mean, or
+batch_norm of the transposed input, is layer_norm too)."""
+NORM_CALLS = {
+    "layer_norm",
+    "native_layer_norm",
+    "group_norm",
+    "native_group_norm",
+    "batch_norm",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "instance_norm",
+    "rms_norm",
+    "_fused_rms_norm",
+}
+"""The same, as torch functions actually called (however they were reached)."""
+WRITE_THE_FORMULA = (
+    "write the formula of section 1.9 yourself (mean, biased variance, eps inside the square root, weight and "
+    "bias); the exercise practises turning it into a module whose parameters are registered, and the library "
+    "call would compute the whole answer for you. Compare with nn.LayerNorm afterwards"
+)
+
+
+def _no_library_norm(cls):
+    """Hint when MyLayerNorm is, holds, names or calls a library normalisation."""
+    if isinstance(cls, type) and issubclass(cls, NORM_MODULES):
+        library = next(c for c in cls.__mro__ if c.__module__.startswith("torch.nn"))
+        hint(
+            f"MyLayerNorm subclasses nn.{library.__name__}, so the library's forward does the work: {WRITE_THE_FORMULA}"
+        )
+    for function in vars(cls).values() if isinstance(cls, type) else ():
+        name = refers_to(function, *(n for n in NORM_NAMES if n not in assigned_names(function)))
+        if name:
+            hint(f"`{getattr(function, '__name__', 'a method')}` uses `{name}`: {WRITE_THE_FORMULA}")
+
+
+def _forward(module, x):
+    """The learner's forward, refused when it reached a library normalisation (an alias, a stored layer, ...)."""
+    with torch_calls() as called:
+        out = returns(module, x)
+    used = sorted({name.split(".")[0] for name in called} & NORM_CALLS)
+    if used:
+        hint(f"`forward` called the library's `{used[0]}`: {WRITE_THE_FORMULA}")
+    return out
+
+
 @EXERCISES.exercise(2, "LayerNorm as a module (write a module)", S_LAYERNORM)
 def my_layer_norm(cls):
+    _no_library_norm(cls)
     module = cls(6)
     expect(isinstance(module, nn.Module), "MyLayerNorm must subclass nn.Module")
+    held = [name for name, m in module.named_modules() if name and isinstance(m, NORM_MODULES)]
+    if held:
+        hint(f"MyLayerNorm holds a library normalisation layer (`{held[0]}`): {WRITE_THE_FORMULA}")
     params = dict(module.named_parameters())
     if not params:
         buffers = dict(module.named_buffers())
@@ -157,7 +227,7 @@ def my_layer_norm(cls):
     )
     constant = torch.full((2, 6), 3.0)
     try:
-        out = returns(module, constant)
+        out = _forward(module, constant)
     except RuntimeError as err:
         if "must match the size of tensor" in str(err):
             hint(
@@ -176,7 +246,7 @@ def my_layer_norm(cls):
             "sqrt(var + eps)"
         )
     for module, x, eps in _layer_norm_cases(cls):
-        out = returns(module, x)
+        out = _forward(module, x)
         w, b = module.weight.detach(), module.bias.detach()
         expected = F.layer_norm(x, (x.shape[-1],), w, b, eps)
         if torch.allclose(out, expected, atol=1e-5, rtol=1e-4):
@@ -205,7 +275,7 @@ def my_layer_norm(cls):
             "(dim=-1, keepdim=True), then apply weight and bias"
         )
     module, x, _ = next(_layer_norm_cases(cls))
-    out = module(x)
+    out = _forward(module, x)
     expect(
         out.requires_grad,
         "the output has no gradient path to weight and bias: use them in forward as they "
@@ -218,13 +288,202 @@ def my_layer_norm(cls):
         "no `.detach()`)",
     )
     module = copy.deepcopy(module).to(torch.float64)
-    out = module(x.double())
+    out = _forward(module, x.double())
     expect(
         out.dtype == torch.float64,
         f"after `.to(torch.float64)` a float64 input should give float64, not "
         f"{out.dtype}: keep every tensor of the module registered so that `.to()` converts it",
         S_STATE,
     )
+
+
+ADAM_CASES = (
+    # lr, betas, eps, weight_decay (None: the function's defaults, as AdamW's), steps
+    (0.01, (0.9, 0.999), 1e-8, 0.1, 6),
+    (0.1, (0.5, 0.8), 1e-3, 0.5, 5),
+    (0.05, None, None, None, 4),
+)
+ADAM_LIBRARY = (
+    torch.optim.Optimizer.__init__,
+    _adam.adam,
+    _adam._single_tensor_adam,
+    _adam._multi_tensor_adam,
+    _adam._fused_adam,
+    torch._fused_adam_,
+    torch._fused_adamw_,
+)
+ADAM_NAMES = (
+    "optim",
+    "AdamW",
+    "Adam",
+    "adam.adam",
+    "adamw.adamw",
+    "_single_tensor_adam",
+    "_multi_tensor_adam",
+    "_fused_adam",
+    "_fused_adam_",
+    "_fused_adamw_",
+)
+WRITE_THE_UPDATE = (
+    "write the update from the formulas of sections 2.3 and 2.4 (two moments, their bias correction, the decoupled "
+    "decay); knowing what the optimizer computes is what lets you read `optimizer.state`, choose betas and eps, "
+    "and see why Adam's L2 decay differs from AdamW's; use torch.optim.AdamW only to compare afterwards"
+)
+
+
+def _adam_gradients(seed, steps):
+    """Gradients for a (3, 4) matrix and a (5,) vector, fixed in advance so that every variant sees the same ones:
+    sizes from 1e-6 to 1e2 (eps matters), and one row that never gets a gradient (only decay moves it)."""
+    g = torch.Generator().manual_seed(seed)
+    scales = (10.0 ** torch.arange(-6, 3, dtype=torch.float64)).repeat(2)[:12].reshape(3, 4)
+    out = []
+    for _ in range(steps):
+        a = torch.randn(3, 4, generator=g, dtype=torch.float64) * scales
+        a[2] = 0.0
+        out.append((a, torch.randn(5, generator=g, dtype=torch.float64)))
+    return out
+
+
+def _adam_variant(starts, grads, lr, betas, eps, wd, mistake=None):
+    """AdamW as section 2.3-2.4 writes it, or with one of the usual mistakes; the parameters after each step."""
+    beta1, beta2 = betas
+    ws = [w.clone() for w in starts]
+    ms = [torch.zeros_like(w) for w in ws]
+    vs = [torch.zeros_like(w) for w in ws]
+    path = []
+    for t, step_grads in enumerate(grads, start=1):
+        tc = t - 1 if mistake == "t from 0" else t
+        for i, g in enumerate(step_grads):
+            w = ws[i]
+            if mistake == "L2":
+                g = g + wd * w
+            elif mistake == "decay without lr":
+                w = w * (1 - wd)
+            elif mistake not in ("decay after", "no decay"):
+                w = w * (1 - lr * wd)
+            if mistake == "betas swapped":
+                ms[i] = beta1 * g + (1 - beta1) * ms[i]
+                vs[i] = beta2 * g * g + (1 - beta2) * vs[i]
+            else:
+                ms[i] = beta1 * ms[i] + (1 - beta1) * g
+                vs[i] = beta2 * vs[i] + (1 - beta2) * g * g
+            if mistake == "no bias correction":
+                m_hat, v_hat = ms[i], vs[i]
+            else:
+                m_hat, v_hat = ms[i] / (1 - beta1**tc), vs[i] / (1 - beta2**tc)
+            if mistake == "eps inside":
+                w = w - lr * m_hat / (v_hat + eps).sqrt()
+            else:
+                w = w - lr * m_hat / (v_hat.sqrt() + eps)
+            if mistake == "decay after":
+                w = w * (1 - lr * wd)
+            ws[i] = w
+        path.append([w.clone() for w in ws])
+    return path
+
+
+ADAM_MISTAKES = {
+    "L2": "the decay went through the gradient (g + λ·w, the L2 of `Adam(weight_decay=…)`), so Adam's scaling "
+    "divides it by sqrt(v̂): weights with large gradients hardly decay, and the row that never gets a gradient "
+    "moves by about lr per step whatever λ is. AdamW decouples it: shrink the weights by (1 − lr·λ), and leave "
+    "the gradient alone",
+    "decay without lr": "the weights shrink by (1 − λ) per step: the decoupled decay is scaled by the learning rate, "
+    "w ← w·(1 − lr·λ), so that it follows the schedule as the gradient step does",
+    "decay after": "the decay comes after the Adam step: torch.optim.AdamW shrinks the weights first, "
+    "w ← w·(1 − lr·λ), then subtracts lr·m̂/(sqrt(v̂) + eps)",
+    "no decay": "the weights are not decayed: AdamW shrinks them by (1 − lr·λ) at every step",
+    "no bias correction": "the moments are used without bias correction: they start at zero, so early on they are "
+    "too small; divide m by (1 − β1^t) and v by (1 − β2^t), with t the number of steps taken so far, this one "
+    "included",
+    "t from 0": "the bias correction divides by 1 − β^t, which is 0 if t is 0: t counts the steps taken so far, "
+    "this one included, so it is 1 at the first step",
+    "eps inside": "eps is added inside the square root: Adam adds it to sqrt(v̂), after the root and the bias "
+    "correction, which matters for gradients near eps",
+    "betas swapped": "β weighs the old average, not the new gradient: m ← β1·m + (1 − β1)·g, v ← β2·v + (1 − β2)·g²",
+}
+
+
+def _tensors_in(value, depth=0):
+    """The floating-point tensors kept in the learner's `state` (in dicts, lists and tuples)."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() and value.numel() > 1 else []
+    if depth > 4:
+        return []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return [t for item in items for t in _tensors_in(item, depth + 1)]
+
+
+def _same(a, b):
+    return a.shape == b.shape and torch.allclose(a.double(), b, rtol=1e-9, atol=1e-12)
+
+
+def _adam_call(fn, params, state, lr, betas, eps, wd):
+    if betas is None:
+        return fn(params, state, lr)
+    return fn(params, state, lr, betas=betas, eps=eps, weight_decay=wd)
+
+
+@EXERCISES.exercise(3, "AdamW, one step at a time (write a function)", S_ADAM)
+def adamw_by_hand(fn):
+    name = refers_to(fn, *(n for n in ADAM_NAMES if n not in assigned_names(fn)))
+    if name:
+        hint(f"your function uses `{name}`: {WRITE_THE_UPDATE}", S_ADAMW)
+    for case, (lr, betas, eps, wd, steps) in enumerate(ADAM_CASES):
+        g = torch.Generator().manual_seed(30 + case)
+        starts = [torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)]
+        grads = _adam_gradients(case, steps)
+        params = [w.clone().requires_grad_(True) for w in starts]
+        reference = [w.clone().requires_grad_(True) for w in starts]
+        options = {} if betas is None else {"betas": betas, "eps": eps, "weight_decay": wd}
+        optimizer = torch.optim.AdamW(reference, lr=lr, **options)
+        real = (betas or (0.9, 0.999), eps or 1e-8, 0.01 if wd is None else wd)
+        state = {}
+        mine, theirs = [], []
+        for step_grads in grads:
+            for p, q, grad in zip(params, reference, step_grads):
+                p.grad, q.grad = grad.clone(), grad.clone()
+            optimizer.step()
+            theirs.append([q.detach().clone() for q in reference])
+            with calls_to(*ADAM_LIBRARY) as library:
+                _adam_call(fn, params, state, lr, betas, eps, wd)
+            if library:
+                hint(f"your function ran the library's `{next(iter(library))}`: {WRITE_THE_UPDATE}", S_ADAMW)
+            mine.append([p.detach().clone() for p in params])
+        expect(
+            isinstance(state, dict) and len(state) > 0,
+            "`state` is still empty after the steps: keep the moments and the step count in it, one set per "
+            "parameter (as `optimizer.state` does), not in global variables, which a second optimizer would share",
+            S_STATE_DICT,
+        )
+        if all(_same(a, b) for a, b in zip(mine[-1], theirs[-1])):
+            continue
+        if any(t.dtype != torch.float64 for t in _tensors_in(state)):
+            hint(
+                "some tensors in `state` are not float64 like the parameters (the check uses float64), so your "
+                "moments are rounded: create them with `torch.zeros_like(p)`, which copies p's dtype and device"
+            )
+        if all(torch.equal(a, w) for a, w in zip(mine[0], starts)):
+            hint(
+                "the parameters did not change: update each tensor in place under `torch.no_grad()` (`p.mul_`, "
+                "`p.add_`, `p.addcdiv_` or `p.copy_(...)`); `p = p - ...` rebinds only the loop's variable"
+            )
+        if not all(torch.isfinite(a).all() for a in mine[-1]):
+            hint("your parameters hold inf or NaN, as after a division by zero: " + ADAM_MISTAKES["t from 0"], S_ADAM)
+        for mistake, message in ADAM_MISTAKES.items():
+            path = _adam_variant(starts, grads, lr, *real, mistake=mistake)
+            if all(_same(a, b) for a, b in zip(mine[-1], path[-1])):
+                hint(message, S_ADAMW if mistake in ("L2", "decay without lr", "decay after", "no decay") else S_ADAM)
+        if betas is None:
+            hint(
+                f"called as `adamw_step(params, state, lr={lr})`, your function differs from AdamW's defaults: "
+                "betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, as in the stub's signature"
+            )
+        first = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if not all(map(_same, a, b)))
+        hint(
+            f"with lr={lr}, betas={real[0]}, eps={real[1]}, weight_decay={real[2]} the parameters first differ from "
+            f"torch.optim.AdamW's after step {first + 1}: compare each line with the formulas (decay, both moments, "
+            "bias correction with t counted from 1, eps after the square root), and keep a separate m, v per parameter",
+        )
 
 
 def _expected_factor(step, warmup, total):
@@ -260,9 +519,22 @@ def _reference_fit(model, loader, epochs, lr, weight_decay, warmup, zero_grad=Tr
 
 
 def _check_groups(optimizer, model, lr, weight_decay):
+    decoupled = isinstance(optimizer, torch.optim.Adam) and all(
+        g.get("decoupled_weight_decay", False) for g in optimizer.param_groups
+    )
+    if isinstance(optimizer, torch.optim.Adam) and not decoupled:
+        hint(
+            "that is Adam, whose weight_decay adds λ·w to the gradient (L2), where Adam's per-element scaling "
+            "divides it away: weights with large gradients hardly decay, and a weight the loss ignores moves by "
+            "about lr per step whatever λ is. The recipe wants the decay decoupled from the gradient, every weight "
+            "shrunk by (1 − lr·λ): that is AdamW",
+            S_ADAMW,
+        )
     expect(
-        isinstance(optimizer, torch.optim.AdamW),
-        f"the first value returned should be the AdamW optimizer, not {type(optimizer).__name__}",
+        isinstance(optimizer, torch.optim.AdamW) or decoupled,
+        f"the first value returned should be the optimizer that trained the model, AdamW, not "
+        f"{type(optimizer).__name__}: the recipe needs Adam's per-element step sizes and a weight decay decoupled "
+        "from them",
         S_ADAMW,
     )
     decay_of = {}
@@ -351,6 +623,13 @@ def _check_rates(lrs, lr, warmup, total, steps_per_epoch, warned):
             f"formula's factor is (s + 1) / w, so the rate reaches lr at step w − 1 = {warmup - 1}",
             S_WARMUP,
         )
+    late = [lr * (1 / warmup + (1 - 1 / warmup) * min(s, warmup) / warmup) for s in range(warmup + 1)]
+    if warmup > 1 and all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12) for a, b in zip(lrs, late)):
+        hint(
+            f"the warm-up reaches lr one step late, at step w = {warmup}: the formula's factor (s + 1) / w is 1 at "
+            f"step w − 1 = {warmup - 1} (a `LinearLR` with total_iters=w takes w steps to get there)",
+            S_WARMUP,
+        )
     for step, (got, want) in enumerate(zip(lrs, expected)):
         if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
             hint(
@@ -360,12 +639,12 @@ def _check_rates(lrs, lr, warmup, total, steps_per_epoch, warned):
             )
 
 
-@EXERCISES.exercise(3, "AdamW with decay groups and warm-up + cosine, in notebook 04's loop (stretch)", S_WARMUP)
+@EXERCISES.exercise(4, "AdamW with decay groups and warm-up + cosine, in notebook 04's loop (stretch)", S_WARMUP)
 def fit(fn):
     for seed, epochs, lr, weight_decay, warmup in ((0, 2, 0.05, 0.1, 3), (1, 3, 0.02, 0.5, 1)):
         model, loader = _fit_setup(seed)
         reference, forgetful = copy.deepcopy(model), copy.deepcopy(model)
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, counting_calls(LRScheduler, "step") as scheduled:
             warnings.simplefilter("always")
             try:
                 result = returns(fn, model, loader, epochs, lr, weight_decay, warmup)
@@ -380,6 +659,13 @@ def fit(fn):
         warned = any("before `optimizer.step()`" in str(w.message) for w in caught)
         expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (optimizer, lrs)")
         optimizer, lrs = result
+        expect(
+            scheduled[0] > 0,
+            "no scheduler set the rates: let a scheduler (`LambdaLR`, or a chain of built-in ones) change them "
+            "after every batch; it keeps the step count and the base rates, which a checkpoint saves with "
+            "`scheduler.state_dict()` so that a resumed run continues the schedule",
+            S_LAMBDA,
+        )
         _check_groups(optimizer, model, lr, weight_decay)
         total = epochs * len(loader)
         _check_rates(lrs, lr, warmup, total, len(loader), warned)

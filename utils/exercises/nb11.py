@@ -6,13 +6,14 @@ the checks, and with them the answers, stay out of the learner's notebook; ``mak
 import contextlib
 import copy
 import warnings
-from unittest import mock
 
 import torch
 import torch.nn.utils.fusion
+import torch.utils.checkpoint
 from torch import nn
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import assigned_names, calls_to, refers_to
 
 EXERCISES = Registry("11")
 
@@ -80,8 +81,19 @@ def _plain(blocks, x):
 
 
 def _grads(loss, params, x):
+    """The gradients that ``loss.backward()`` gives the parameters (and x), as training would read them; the
+    tensors' own ``.grad`` are left as they were. (``backward``, not ``torch.autograd.grad``: the reentrant
+    checkpoint does not support the latter, and the task does not ask for it.)"""
     inputs = list(params) + ([x] if x.requires_grad else [])
-    return torch.autograd.grad(loss, inputs, allow_unused=True)
+    before = [t.grad for t in inputs]
+    for t in inputs:
+        t.grad = None
+    try:
+        loss.backward()
+        return [t.grad for t in inputs]
+    finally:
+        for t, g in zip(inputs, before):
+            t.grad = g
 
 
 def _same_grads_without_dropout(fn, blocks, x):
@@ -100,6 +112,7 @@ def _same_grads_without_dropout(fn, blocks, x):
 
 @EXERCISES.exercise(2, "Checkpoint every block (write a function)", S_REENTRANT)
 def checkpointed(fn):
+    reentrant_used = False
     for n_blocks, width, batch, x_needs_grad in ((4, 32, 8, False), (3, 16, 5, True)):
         torch.manual_seed(n_blocks)
         blocks = nn.ModuleList(
@@ -116,8 +129,9 @@ def checkpointed(fn):
         torch.manual_seed(100)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with _saved_bytes(blocks) as saved:
+            with _saved_bytes(blocks) as saved, calls_to(torch.utils.checkpoint.CheckpointFunction.forward) as old:
                 out = returns(fn, blocks, x)
+        reentrant_used = reentrant_used or bool(old)
         said = " ".join(str(w.message) for w in caught)
         expect(
             x.requires_grad == x_needs_grad,
@@ -151,19 +165,13 @@ def checkpointed(fn):
             "the output differs from running the blocks "
             "one after the other (with the same random seed): call each block once, in order",
         )
-        reentrant = (
-            "the reentrant implementation (use_reentrant=True) recomputes each block inside a nested "
-            "backward call, so its parameters are not in the graph that `torch.autograd.grad` (used by "
-            "this check) walks: pass use_reentrant=False"
-        )
-        try:
-            grads = _grads(out.square().sum(), params, x)
-        except RuntimeError as err:
-            if "incompatible with .grad()" in str(err):
-                hint(reentrant)
-            raise
+        grads = _grads(out.square().sum(), params, x)
         if any(g is None for g in grads[: len(params)]):
-            hint(reentrant)
+            hint(
+                "some parameters got no gradient after backward(): the reentrant implementation "
+                "(use_reentrant=True) passes gradients only to a segment's inputs that require grad; pass "
+                "use_reentrant=False"
+            )
         if x_needs_grad and grads[-1] is None:
             hint("x gets no gradient: do not detach the input, its gradient is part of the result")
         if not all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads, expected_grads)):
@@ -204,6 +212,13 @@ def checkpointed(fn):
             "each block separately",
             S_COUNTED,
         )
+    if reentrant_used:
+        return (
+            "You used the reentrant implementation, with an input made to require grad: it trains with "
+            "backward(), but PyTorch recommends use_reentrant=False, which needs no such trick and also works with "
+            "`torch.autograd.grad` (section 1.3)"
+        )
+    return None
 
 
 def _conv_bn_cases():
@@ -269,21 +284,38 @@ def _weight_hints(fused, conv, bn):
         hint("the fused bias should be (b − running_mean) · γ/sqrt(running_var + eps) + β")
 
 
-class _UsedLibrary(Exception):
-    pass
+FUSION_LIBRARY = (torch.nn.utils.fusion.fuse_conv_bn_weights, torch.nn.utils.fusion.fuse_conv_bn_eval)
+"""Every library route to a folded convolution ends in these (torch.nn.utils re-exports them; torch.ao's
+fuse_modules and torch.fx's fuse call fuse_conv_bn_eval)."""
+FUSION_NAMES = (
+    "fuse_conv_bn_eval",
+    "fuse_conv_bn_weights",
+    "fuse_conv_bn",
+    "fuse_modules",
+    "fuse_modules_qat",
+    "utils.fusion",
+    "optimization.fuse",
+)
+WRITE_THE_FOLDING = (
+    "write the folding yourself, from section 5's formulas (W' = W · γ/√(σ² + ε) per output channel, "
+    "b' = (b − μ) · γ/√(σ² + ε) + β); the exercise practises reading a convolution's weight layout and BatchNorm's "
+    "eval formula, which the library call skips; compare with it afterwards"
+)
 
 
 @EXERCISES.exercise(3, "Fold BatchNorm into the convolution (stretch)", S_FUSION)
 def fuse(fn):
+    name = refers_to(fn, *(n for n in FUSION_NAMES if n not in assigned_names(fn)))
+    if name:
+        hint(f"your function uses the library's `{name}`: {WRITE_THE_FOLDING}")
     for conv, bn, images in _conv_bn_cases():
         before = copy.deepcopy((conv.state_dict(), bn.state_dict()))
         with torch.no_grad():
             expected = bn(conv(images))
+        library = {}
         try:
-            with mock.patch.object(torch.nn.utils.fusion, "fuse_conv_bn_weights", side_effect=_UsedLibrary):
+            with calls_to(*FUSION_LIBRARY) as library:
                 fused = returns(fn, conv, bn)
-        except _UsedLibrary:
-            hint("that is the library's fuse_conv_bn_eval: write the folding yourself (and compare with it after)")
         except (TypeError, AttributeError) as err:
             if conv.bias is None and "NoneType" in str(err):
                 hint(
@@ -305,6 +337,8 @@ def fuse(fn):
                     "in/groups, kh, kw), so view the scale of the out channels as (-1, 1, 1, 1)"
                 )
             raise
+        if library:
+            hint(f"your function ran the library's `{next(iter(library))}`: {WRITE_THE_FOLDING}")
         after = (conv.state_dict(), bn.state_dict())
         changed = [
             f"{kind}.{key}"

@@ -5,6 +5,7 @@ the checks, and with them the answers, stay out of the learner's notebook; ``mak
 
 import contextlib
 import io
+import marshal
 import pickle
 import random
 
@@ -13,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+import utils.checkpoint_files
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import assigned_names, calls_to, refers_to
 
 EXERCISES = Registry("12")
 
@@ -75,9 +78,13 @@ def seeded_loader(fn):
         _seeded_loader(fn)
 
 
+def _other_globals():
+    return random.getstate(), np.random.get_state()[1].tolist()
+
+
 def _seeded_loader(fn):
     dataset = range(12)
-    state = torch.get_rng_state()
+    state, others = torch.get_rng_state(), _other_globals()
     loader = returns(fn, dataset, 4, 7)
     expect(isinstance(loader, DataLoader), f"return a DataLoader, not a {type(loader).__name__}")
     if not torch.equal(state, torch.get_rng_state()):
@@ -97,6 +104,12 @@ def _seeded_loader(fn):
         )
     one, two = _epoch(batches), _epoch(loader)
     iteration_draws = not torch.equal(state, torch.get_rng_state())
+    if _other_globals() != others:
+        hint(
+            "your loader reseeded or drew from Python's or NumPy's global generator: that moves every other random "
+            "draw of the program that uses it (augmentations, a later shuffle); keep the loader's randomness in a "
+            "generator of its own, `torch.Generator().manual_seed(seed)` passed as generator="
+        )
     expect(len(batches[0]) == 4, f"the batches should hold batch_size = 4 samples, not {len(batches[0])}")
     expect(sorted(one) == list(range(12)), "an epoch should deliver every sample exactly once")
     if one == list(range(12)) and two == list(range(12)):
@@ -174,19 +187,67 @@ HOW = {
 }
 
 
+UNPICKLING = (pickle.loads, pickle.load, pickle.Unpickler.load, pickle._Unpickler.load, marshal.loads, eval, exec)
+"""What runs code named by a checkpoint's bytes: the hole `weights_only=True` closes."""
+UNPICKLING_LABELS = {"loads": "pickle.loads", "load": "pickle.load", "Unpickler.load": "pickle.Unpickler.load"}
+UNPICKLING_NAMES = ("pickle", "_pickle", "cPickle", "dill", "cloudpickle", "Unpickler", "marshal")
+COURSE_RNG = (utils.checkpoint_files.rng_state_dict, utils.checkpoint_files.load_rng_state_dict)
+COURSE_RNG_NAMES = ("rng_state_dict", "load_rng_state_dict", "checkpoint_files")
+NOT_PICKLE = (
+    "that runs whatever code the bytes name, the hole `torch.load(weights_only=True)` closes, so the checkpoint "
+    "would be as unsafe to load as with weights_only=False; keep the states as plain data (tensors, numbers, "
+    "lists), which the weights-only loader reads without running code"
+)
+WRITE_YOUR_OWN = (
+    "write your own, since the exercise practises which generators a program has and how each one's state is read and "
+    "put back, which the course's helper hides (compare with it afterwards)"
+)
+
+
+def _numbers_in(value):
+    """How many numbers a loaded snapshot holds (tensor elements, ints, floats, characters)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_numbers_in(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_numbers_in(v) for v in value)
+    return 1
+
+
+def _saved_and_loaded(snapshot):
+    buffer = io.BytesIO()
+    torch.save(snapshot, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
 @EXERCISES.exercise(3, "Save and restore every generator (stretch)", S_CHECKPOINT)
 def snapshot_restore(rng_snapshot, rng_restore):
+    for function in (rng_snapshot, rng_restore):
+        name = refers_to(function, *(n for n in COURSE_RNG_NAMES if n not in assigned_names(function)))
+        if name:
+            hint(f"`{function.__name__}` uses the course's `{name}`: {WRITE_YOUR_OWN}")
+    name = refers_to(rng_restore, *(n for n in UNPICKLING_NAMES if n not in assigned_names(rng_restore)))
+    if name:
+        hint(f"`rng_restore` uses `{name}` to unpickle what the checkpoint holds: {NOT_PICKLE}", S_WEIGHTS_ONLY)
     with _keep_global_generators():
         _seed_all(12)
         start = _draws()  # right after seeding
         _draws()
-        snapshot = returns(rng_snapshot)
+        with calls_to(*COURSE_RNG) as course:
+            snapshot = returns(rng_snapshot)
         expected = _draws()
-        buffer = io.BytesIO()
-        torch.save(snapshot, buffer)
-        buffer.seek(0)
+        with calls_to(*COURSE_RNG) as more:
+            later = rng_snapshot()  # a second snapshot, further on
+        after_later = _draws()
+        if course or more:
+            hint(f"`rng_snapshot` ran the course's `{next(iter(course or more))}`: {WRITE_YOUR_OWN}")
         try:
-            loaded = torch.load(buffer, weights_only=True)
+            loaded = _saved_and_loaded(snapshot)
+            loaded_later = _saved_and_loaded(later)
         except pickle.UnpicklingError as err:
             refused = str(err).split("GLOBAL ")[-1].split()[0] if "GLOBAL " in str(err) else "an object"
             advice = (
@@ -202,8 +263,23 @@ def snapshot_restore(rng_snapshot, rng_restore):
         for attempt in range(2):  # restoring twice from one snapshot gives the same draws twice
             _seed_all(99 + attempt)
             _draws()  # the restarted program has drawn something
-            rng_restore(loaded)
+            with calls_to(*UNPICKLING) as unpickled, calls_to(*COURSE_RNG) as course:
+                rng_restore(loaded)
+            if unpickled:
+                hint(
+                    f"`rng_restore` ran `{UNPICKLING_LABELS.get(next(iter(unpickled)), next(iter(unpickled)))}` on "
+                    f"the checkpoint's data: {NOT_PICKLE}",
+                    S_WEIGHTS_ONLY,
+                )
+            if course:
+                hint(f"`rng_restore` ran the course's `{next(iter(course))}`: {WRITE_YOUR_OWN}")
             got = _draws()
+            if got == after_later:
+                hint(
+                    "restoring the first snapshot gave the draws that follow the second one: `rng_restore` must put "
+                    "back the states held in the snapshot it is given, not ones kept in a variable (a checkpoint "
+                    "is read by a new process)"
+                )
             for name in expected:
                 if got[name] == expected[name]:
                     continue
@@ -213,3 +289,18 @@ def snapshot_restore(rng_snapshot, rng_restore):
                         f"marks where it is now; save and restore the state ({HOW[name]})"
                     )
                 hint(f"{name} draws differ after restoring: save and restore its state ({HOW[name]})")
+        needed = torch.get_rng_state().numel() + 2 * 624  # torch's CPU state, and Mersenne Twister keys twice
+        held = _numbers_in(loaded)
+        expect(
+            held >= needed,
+            f"the snapshot holds only {held} number{'s' if held != 1 else ''}, fewer than the generators' states "
+            f"(torch's CPU state alone is {torch.get_rng_state().numel()} bytes): the snapshot itself must hold the "
+            "states, since the checkpoint is read by a new process, which has none of this one's variables",
+        )
+        _seed_all(7)
+        rng_restore(loaded_later)
+        expect(
+            _draws() == after_later,
+            "restoring the second snapshot did not give the draws that followed it: `rng_restore` must put back "
+            "the states held in the snapshot it is given",
+        )

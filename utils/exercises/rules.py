@@ -191,6 +191,22 @@ def refers_to(fn: Any, *names: str) -> str | None:
     return next((n for n in names if n in used), None)
 
 
+def assigned_names(fn: Any) -> set[str]:
+    """The names that ``fn`` and the learner's functions it calls bind themselves (assignments, arguments, loop
+    targets, nested definitions): a local variable called ``layer_norm`` is not the library's function, so a
+    check can skip such a name in :func:`refers_to`'s answer (and rely on what actually ran)."""
+    found: set[str] = set()
+    for _, tree in _trees(fn):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                found.add(node.id)
+            elif isinstance(node, ast.arg):
+                found.add(node.arg)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not tree.body[0]:
+                found.add(node.name)
+    return found
+
+
 def global_values(fn: Any) -> dict[str, Any]:
     """The learner's globals that ``fn`` reads (to inspect, say, a class it builds on)."""
     fn = _function(fn)
@@ -282,8 +298,56 @@ def tensor_hooks() -> Iterator[Counter]:
         torch.Tensor.register_hook = original
 
 
+@contextlib.contextmanager
+def calls_to(*targets: Any) -> Iterator[Counter]:
+    """Count the calls, inside the block, of the given library functions however they were reached: under an alias,
+    through a re-export (``torch.nn.utils.fuse_conv_bn_weights`` is ``torch.nn.utils.fusion``'s function), bound
+    before the block, or called by another library function. Keys are the targets' qualified names.
+
+    A target is a Python function or method (matched by its code object, e.g. ``torch.optim.Optimizer.__init__``),
+    a builtin function (matched by identity, e.g. ``pickle.loads``), or a method of a builtin class given through
+    the class (``pickle.Unpickler.load``: any instance's ``load``). Uses :func:`sys.setprofile` for the current
+    thread, and passes every event on to a profiler that was already set."""
+    import sys
+
+    codes, builtins, methods = {}, {}, {}
+    for target in targets:
+        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+        function = _function(target)
+        if function is not None:
+            codes[function.__code__] = name
+        elif hasattr(target, "__objclass__"):  # a method descriptor of a builtin class
+            methods[(target.__objclass__, target.__name__)] = name
+        else:
+            builtins[id(target)] = name
+    seen: Counter = Counter()
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen[codes[frame.f_code]] += 1
+        elif event == "c_call":
+            if id(arg) in builtins:
+                seen[builtins[id(arg)]] += 1
+            elif methods:
+                owner = getattr(arg, "__self__", None)
+                for (cls, method), name in methods.items():
+                    if isinstance(owner, cls) and getattr(arg, "__name__", None) == method:
+                        seen[name] += 1
+        if previous is not None:
+            previous(frame, event, arg)
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(previous)
+
+
 __all__ = [
+    "assigned_names",
     "autograd_runs",
+    "calls_to",
     "counting_calls",
     "functions_reached",
     "global_values",
