@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from utils.exercises.rules import autograd_runs, counting_calls, python_loops, refers_to, torch_calls
+from utils.exercises.rules import (
+    autograd_runs,
+    counting_calls,
+    python_loops,
+    refers_to,
+    tensor_hooks,
+    torch_calls,
+)
 from utils.exercises.section import run_sources
 
 CELL = """
@@ -73,3 +80,40 @@ def test_counted_calls_are_put_back():
         opt.step()
         opt.step()
     assert steps[0] == 2 and "step" not in vars(opt)
+
+
+NAMESAKES = """
+from functools import reduce
+from einops import reduce as einops_reduce
+
+def by_functools(rows):
+    return reduce(lambda a, b: a + b, rows)
+
+def by_einops(x):
+    from einops import reduce
+    return reduce(x, "n d -> n", "sum")
+
+def by_einops_alias(x):
+    return einops_reduce(x, "n d -> n", "sum")
+"""
+
+
+def test_a_bare_reduce_is_a_loop_only_when_it_is_pythons():
+    ns: dict = {}
+    run_sources([NAMESAKES], ns)
+    assert python_loops(ns["by_functools"]) == ["`reduce(...)` in `by_functools`"]
+    assert python_loops(ns["by_einops"]) == []
+    assert python_loops(ns["by_einops_alias"]) == []
+
+
+def test_tensor_hooks_are_counted_when_registered_and_when_run_and_put_back():
+    original = torch.Tensor.register_hook
+    t = torch.ones(3, requires_grad=True)
+    with tensor_hooks() as hooks:
+        out = t.clone()
+        out.register_hook(lambda grad: grad * 2)
+        t.clone().register_hook(lambda grad: grad)  # on a tensor nothing flows through
+    assert torch.Tensor.register_hook is original
+    assert hooks["registered"] == 2 and hooks["ran"] == 0
+    (grad,) = torch.autograd.grad(out.sum(), t)
+    assert hooks["ran"] == 1 and torch.equal(grad, torch.full((3,), 2.0))

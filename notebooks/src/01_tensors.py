@@ -1172,11 +1172,12 @@ assert torch.zeros(2, device=pick).device.type == pick.type
 # %% [markdown]
 # ## Exercises (练习)
 #
-# Three exercises, easiest first: predict, write a function, then a stretch that combines several sections.
-# Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell** below it
-# then says *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while the
-# stub is untouched. This section does not depend on the lesson's cells: after a kernel restart, run its first
-# cell and go on. `make progress` lists which exercises of every notebook pass.
+# Three exercises, easiest first: predict, write a function, then a stretch that combines several sections. Each has a
+# **stub cell** that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell** below it then says
+# *correct*, or *not yet* with a hint and the section to re-read, or *not attempted yet* while the stub is untouched.
+# This section does not depend on the lesson's cells: after a kernel restart, run its first cell and go on.
+# `make progress` (without make, e.g. on Windows: `python tools/course.py progress`) lists which exercises of every
+# notebook pass.
 
 # %%
 import torch
@@ -1205,7 +1206,7 @@ ex.check(1, answer_1)
 #
 # Vision transformers read an image batch of shape `(N, C, H, W)` as a sequence of pixels: shape `(N, H*W, C)`,
 # where `out[n, h * W + w, c]` is `images[n, c, h, w]`. Write `channels_last_flat(images)` in one or two lines,
-# for any sizes.
+# for any sizes, without a Python loop (section 4: moving a dimension changes only the strides).
 
 
 # %%
@@ -1222,8 +1223,9 @@ ex.check(2, channels_last_flat)
 #
 # Given points `a` of shape `(n, d)` and `b` of shape `(m, d)`, return `(dist2, idx)`: `dist2[i, j]` is the
 # squared Euclidean distance between `a[i]` and `b[j]` (shape `(n, m)`), and `idx[i]` is the index of the point
-# of `b` nearest to `a[i]` (shape `(n,)`). No Python loop: broadcast `a` and `b` against each other with `None`
-# (section 3's indexing), then reduce. This is the core of k-nearest-neighbour classifiers and k-means.
+# of `b` nearest to `a[i]` (shape `(n,)`). No Python loop, and no `torch.cdist` (it would do the work for you):
+# broadcast `a` and `b` against each other with `None` (section 3's indexing), then reduce. This is the core of
+# k-nearest-neighbour classifiers and k-means.
 
 
 # %%

@@ -1809,11 +1809,11 @@ assert not bn.weight.requires_grad  # its parameters are frozen all along
 # ## Exercises (练习)
 #
 # Three exercises, easiest first: predict a gradient, write a custom `Function`, then a stretch that combines this
-# notebook with notebook 01's broadcasting. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it
-# and run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to
-# re-read, or *not attempted yet* while the stub is untouched. This section does not depend on the lesson's cells:
-# after a kernel restart, run its first cell and go on. `make progress` lists which exercises of every notebook
-# pass.
+# notebook with notebook 01's broadcasting. Each has a **stub cell** that starts with `# ✏️ Exercise N`: edit it and
+# run it. The **check cell** below it then says *correct*, or *not yet* with a hint and the section to re-read, or
+# *not attempted yet* while the stub is untouched. This section does not depend on the lesson's cells: after a kernel
+# restart, run its first cell and go on. `make progress` (without make, e.g. on Windows:
+# `python tools/course.py progress`) lists which exercises of every notebook pass.
 
 # %%
 import torch
@@ -1840,7 +1840,8 @@ ex = Checker("02")
 # ```
 #
 # Write $J_{ij} = \partial y_i / \partial x_j$ first (it has two terms), then `x.grad[j]` $= \sum_i g_i J_{ij}$.
-# Section 4 tells what the second backward does to `x.grad`.
+# Section 4 tells what the second backward does to `x.grad`. (Running the code afterwards to see why is allowed;
+# running it instead of thinking is allowed too, but teaches less.)
 
 # %%
 # ✏️ Exercise 1: replace ... with [first, second], two lists of three numbers, e.g. [[1, 2, 3], [4, 5, 6]]
@@ -1858,10 +1859,11 @@ ex.check(1, answer_1)
 # $\log(1 + e^x) = \max(x, 0) + \log(1 + e^{-|x|})$ (`torch.log1p` for the last term) never exponentiates a
 # positive number.
 #
-# Write `Softplus`, a `torch.autograd.Function` (section 6): `forward` computes the stable formula and saves what
-# `backward` needs (the input or the output, not an intermediate result: section 7 shows why); `backward` returns the
-# gradient of the input by the chain rule. Write `backward` with PyTorch operations, so that it can itself be
-# differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section 7) in float64, and compares with
+# Write `Softplus`, a `torch.autograd.Function` (section 6): `forward` computes the stable formula (not with
+# `F.softplus`, the function you are writing) and saves what `backward` needs with `ctx.save_for_backward` (the input
+# or the output, not an intermediate result: section 7 shows why); `backward` returns the gradient of the input by the
+# chain rule, written by you, without asking autograd. Write `backward` with PyTorch operations, so that it can itself
+# be differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section 7) in float64, and compares with
 # `F.softplus` in float32 from $x = -100$ to $100$.
 
 
@@ -1892,7 +1894,8 @@ ex.check(2, Softplus)
 # `(..., out)`), return `(grad_x, grad_weight, grad_bias)`, each shaped like its tensor: what autograd computes.
 # Section 6's `LinearFunction` does it for a 2-D `x`; the new part is the rule behind broadcasting's backward: a
 # tensor used at many positions receives the **sum** of the gradients from all of them. Write it with tensor
-# operations; the check calls your function under `torch.no_grad()`, on 2-D, 3-D and 4-D inputs.
+# operations, as in a custom `Function`'s backward: no `backward()`, `torch.autograd.grad` or `torch.func`. The
+# check calls your function under `torch.no_grad()`, on 2-D, 3-D and 4-D inputs.
 
 
 # %%

@@ -1487,10 +1487,10 @@ plt.show()
 #
 # Three exercises, easiest first: predict which tensors keep a gradient, write a tensor hook, then a stretch that
 # combines module hooks with notebook 02's linear backward and notebook 01's broadcasting. Each has a **stub cell**
-# that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell** below it then says *correct*, or
-# *not yet* with a hint and the section to re-read, or *not attempted yet* while the stub is untouched. This
-# section does not depend on the lesson's cells: after a kernel restart, run its first cell and go on.
-# `make progress` lists which exercises of every notebook pass.
+# that starts with `# ✏️ Exercise N`: edit it and run it. The **check cell** below it then says *correct*, or *not
+# yet* with a hint and the section to re-read, or *not attempted yet* while the stub is untouched. This section does
+# not depend on the lesson's cells: after a kernel restart, run its first cell and go on. `make progress` (without
+# make, e.g. on Windows: `python tools/course.py progress`) lists which exercises of every notebook pass.
 
 # %%
 import torch
@@ -1522,7 +1522,7 @@ ex = Checker("03")
 # ```
 #
 # Which of `w, c, d, y, z, u, n` are leaves (`is_leaf`)? Which have a `.grad` that is not `None` after
-# `z.backward()`?
+# `z.backward()`? (Running the code afterwards to see why is allowed; running it instead of thinking teaches less.)
 
 # %%
 # ✏️ Exercise 1: replace ... with (set of the leaves, set of the tensors with a .grad), e.g. ({"w", "c"}, {"w"})
@@ -1536,9 +1536,10 @@ ex.check(1, answer_1)
 #
 # Write `scale_grad(t, alpha)`: it returns a tensor equal to `t`, such that the gradient flowing back **through
 # it** is multiplied by `alpha`, while other uses of `t` are untouched. (With a negative `alpha` it is the
-# gradient reversal layer that notebook 02 wrote as the custom `Function` `GradCoeff`; here use a hook, section 5.) Think
-# about which tensor the hook must hang on, and what the hook must return. When `t` does not require grad there
-# is nothing to scale: return it unchanged.
+# gradient reversal layer that notebook 02 wrote as the custom `Function` `GradCoeff`; here use a hook, section 5:
+# the check looks for one, so a `Function` or a `detach` trick does not count.) Think about which tensor the hook
+# must hang on, and what the hook must return. When `t` does not require grad there is nothing to scale: return it
+# unchanged.
 
 
 # %%

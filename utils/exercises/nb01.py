@@ -6,12 +6,23 @@ the checks, and with them the answers, stay out of the learner's notebook; ``mak
 import torch
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import python_loops, refers_to, torch_calls
 
 EXERCISES = Registry("01")
 TYPES = "2. Data types (数据类型)"
 SHAPES = "3. Dimensions and shapes (维度与尺寸)"
 LAYOUT = "4. Memory layout: storage, strides, views (存储、步长与视图)"
 BROADCASTING = "7. Broadcasting (广播) and matrix products (矩阵乘法)"
+
+DISTANCE_LIBRARIES = ("cdist", "pairwise_distances", "euclidean_distances", "distance_matrix")
+"""Library functions that compute every pairwise distance at once: exercise 3 asks for it by broadcasting."""
+
+
+def _operations(fn, *args) -> int:
+    """How many torch operations ``fn(*args)`` runs (a loop over points runs more for more points)."""
+    with torch_calls() as calls:
+        fn(*args)
+    return sum(calls.values())
 
 
 @EXERCISES.exercise(1, "Predict shapes and strides (predict)", f"{SHAPES}; {LAYOUT}")
@@ -45,9 +56,24 @@ def shapes_and_strides(answer):
 
 @EXERCISES.exercise(2, "Channels-last, flattened (write a function)", LAYOUT)
 def channels_last_flat(fn):
+    if loops := python_loops(fn):
+        hint(
+            f"your answer uses {loops[0]}: copying pixel by pixel (or channel by channel) gives the right numbers, "
+            "slowly, and skips this section's point: moving a dimension is only a change of strides, and one "
+            "reshape then merges H and W. Write it without a loop"
+        )
     g = torch.Generator().manual_seed(1)
     images = torch.randn(2, 3, 4, 5, generator=g)  # N, C, H, W with all sizes different
-    out = returns(fn, images)
+    try:
+        out = returns(fn, images)
+    except RuntimeError as err:
+        if "view size is not compatible" in str(err) and refers_to(fn, "transpose", "swapaxes", "mT"):
+            hint(
+                "`view` refused the transposed tensor, and `reshape` would not fix the real problem: "
+                "`transpose(1, 3)` gives (N, W, H, C), with W before H, so the pixels would come out in the wrong "
+                "order. Move C last while keeping H before W, then merge H and W"
+            )
+        raise
     expect(isinstance(out, torch.Tensor), f"return a tensor, not a {type(out).__name__}")
     expect(
         tuple(out.shape) == (2, 20, 3),
@@ -79,9 +105,23 @@ def channels_last_flat(fn):
 
 @EXERCISES.exercise(3, "Nearest neighbours by broadcasting (stretch)", BROADCASTING)
 def nearest(fn):
+    if loops := python_loops(fn):
+        hint(
+            f"your answer uses {loops[0]}: a loop runs one small tensor operation per point (or per pair), a "
+            "million of them for 1,000 × 1,000 points, where broadcasting runs one. Broadcasting is what this "
+            "exercise practises: give `a` and `b` one new axis each, with `None`, so that a single subtraction "
+            "covers every pair, then reduce"
+        )
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(5, 3, generator=g), torch.randn(7, 3, generator=g)
-    result = returns(fn, a, b)
+    with torch_calls() as calls:
+        result = returns(fn, a, b)
+    if library := refers_to(fn, *DISTANCE_LIBRARIES) or next((f for f in DISTANCE_LIBRARIES if calls[f]), None):
+        hint(
+            f"`{library}` computes all the distances for you: the right tool in real code, but it skips what "
+            "this exercise practises, broadcasting two sets of points against each other. Write the distances "
+            f"with broadcasting and a reduction (then use `{library}` to check them)"
+        )
     expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (squared distances, indices)")
     d, idx = result
     if isinstance(idx, tuple) and hasattr(idx, "indices"):
@@ -120,6 +160,13 @@ def nearest(fn):
     expect(
         torch.equal(idx, expected.argmin(dim=1)),
         "the indices are wrong: idx[i] should be the index of the point of b nearest to a[i]",
+    )
+    small, large = _operations(fn, a[:4], b[:3]), _operations(fn, a, b)
+    expect(
+        small == large,
+        f"your function runs {small} tensor operations for 4 × 3 points and {large} for 5 × 7: their number grows "
+        "with the number of points, so a Python loop runs somewhere (perhaps in a function the check cannot read). "
+        "Broadcasting handles every pair in a fixed number of operations",
     )
     big_a, big_b = torch.randn(300, 8, generator=g), torch.randn(400, 8, generator=g)
     d_big, _ = returns(fn, big_a, big_b)

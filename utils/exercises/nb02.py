@@ -3,10 +3,13 @@ Used by notebook 02, whose ``Checker("02")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import re
+
 import torch
 import torch.nn.functional as F
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import autograd_runs, global_values, refers_to, torch_calls
 
 EXERCISES = Registry("02")
 
@@ -15,6 +18,35 @@ ACCUMULATE = "4. The graph is freed; gradients accumulate (梯度累加)"
 FUNCTIONS = "6. Custom Functions (自定义算子)"
 GRADCHECK = "7. Checking a Function: `gradcheck` and `gradgradcheck` (梯度检查)"
 BROADCASTING = "01 · 7. Broadcasting (广播) and matrix products (矩阵乘法)"
+INTERMEDIATES = "Saving intermediate results: the double-backward trap"
+
+AUTOGRAD_NAMES = (
+    "autograd.grad",
+    "autograd.backward",
+    "func.vjp",
+    "func.grad",
+    "func.jvp",
+    "functional.vjp",
+    "functional.jacobian",
+    "jacrev",
+    "jacfwd",
+    "forward_ad",
+    "enable_grad",
+    "set_grad_enabled",
+)
+"""Ways to ask autograd for a gradient, by name: exercise 3 (and exercise 2's backward) compute it by hand. Names a
+learner may give a variable (``vjp``, ``jacobian``, ``backward``) are left out: a run of the autograd engine is
+counted while the answer runs, however it was called."""
+
+
+def _holds_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple, set)):
+        return any(_holds_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    return False
 
 
 def _numbers(value, name):
@@ -82,7 +114,8 @@ def softplus_function(cls):
     )
     x = torch.tensor([-100.0, -20.0, -3.0, -0.5, 0.0, 0.5, 3.0, 20.0, 100.0], requires_grad=True)
     try:
-        y = cls.apply(x)
+        with torch_calls() as calls:
+            y = cls.apply(x)
     except (RuntimeError, TypeError) as err:
         if any(m in str(err) for m in ("Boolean value of Tensor", "concatenate tuple", "maximum(): argument")):
             hint(
@@ -92,6 +125,28 @@ def softplus_function(cls):
             )
         raise
     expect(isinstance(y, torch.Tensor), f"forward should return a tensor, not a {type(y).__name__}")
+    if calls["softplus"]:
+        hint(
+            "forward calls PyTorch's own softplus (`F.softplus` or `nn.Softplus`), the function this exercise asks "
+            "you to write: the point is to see where log(1 + exp(x)) overflows and to write the stable formula "
+            "yourself"
+        )
+    on_ctx = sorted(k for k, v in getattr(y.grad_fn, "__dict__", {}).items() if _holds_tensor(v))
+    if on_ctx:
+        hint(
+            f"forward keeps a tensor as an attribute of ctx (`ctx.{on_ctx[0]}`): tensors for backward go through "
+            "`ctx.save_for_backward`, which records each tensor's version counter, so that backward raises if "
+            "the tensor was changed in place in between instead of silently using the new numbers, and which "
+            "avoids a reference cycle (output → ctx → output) that keeps the graph in memory. Attributes of ctx "
+            "are for non-tensors, like GradCoeff's coeff"
+        )
+    outside = sorted(k for k, v in global_values(cls.backward).items() if _holds_tensor(v))
+    if outside:
+        hint(
+            f"backward reads the tensor `{outside[0]}` from outside the Function: a global is shared by every "
+            "call, so a second forward overwrites what the first one's backward needs. Save what backward needs "
+            "with `ctx.save_for_backward` in forward"
+        )
     expect(tuple(y.shape) == tuple(x.shape), f"forward should keep the shape {tuple(x.shape)}, not {tuple(y.shape)}")
     expect(y.dtype == x.dtype, f"forward should keep the dtype {x.dtype}, not {y.dtype}")
     reference = F.softplus(x.detach())
@@ -105,7 +160,14 @@ def softplus_function(cls):
         "forward's values differ from F.softplus: softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))",
     )
     upstream = torch.linspace(-2.0, 2.0, x.numel())  # not all ones: the chain rule must use it
-    (gx,) = torch.autograd.grad(y, x, upstream)
+    with autograd_runs() as runs, torch_calls() as calls:
+        (gx,) = torch.autograd.grad(y, x, upstream)
+    if runs[0] > 1 or calls["softplus"] or refers_to(cls.backward, *AUTOGRAD_NAMES):
+        hint(
+            "backward asks autograd for the derivative: writing it yourself is the point of a custom Function (its "
+            "backward is what autograd runs, for operations it cannot differentiate or should not). The derivative "
+            "of softplus is sigmoid(x): multiply it by grad_output"
+        )
     expect(
         gx is not None and tuple(gx.shape) == tuple(x.shape),
         "backward should return one gradient shaped like the input",
@@ -140,11 +202,28 @@ def softplus_function(cls):
             GRADCHECK,
         )
         if not torch.autograd.gradgradcheck(cls.apply, (x64,), raise_exception=False):
+            y64 = cls.apply(x64)
+            saved = y64.grad_fn.saved_tensors if y64.grad_fn is not None else ()
+            if any(not (t is x64 or torch.equal(t, x64) or torch.equal(t, y64)) for t in saved):
+                hint(
+                    "gradcheck passes but gradgradcheck fails: forward saves an intermediate result (neither the "
+                    "input nor the output). Autograd does not know how it depends on the input, so the second "
+                    "derivative treats it as a constant. Save the input (or the output) and recompute the rest in "
+                    "backward",
+                    INTERMEDIATES,
+                )
             hint(
                 "gradcheck passes but gradgradcheck fails: the backward is not differentiable. Write it with "
                 "PyTorch operations on the saved tensors (no @once_differentiable, .detach(), .item() or NumPy)",
                 GRADCHECK,
             )
+
+
+_MATRIX_ONLY = (
+    r"t\(\) expects a tensor with <= 2 dimensions|self must be a matrix|must match the size of tensor|"
+    r"Expected size for first two dimensions|shapes cannot be multiplied|must be a matrix|batch1 must be a 3D"
+)
+"""What the 2-D formulas of ``LinearFunction`` (``grad_out.t().mm(x)``, ``grad_out.mm(weight)``) raise on 3-D input."""
 
 
 def _reference_linear_grads(x, weight, bias, grad_out):
@@ -161,7 +240,7 @@ def linear_backward(fn):
         weight, bias = torch.randn(n_out, n_in, generator=gen), torch.randn(n_out, generator=gen)
         grad_out = torch.randn(*lead, n_out, generator=gen)
         try:
-            with torch.no_grad():  # the backward is written by hand, as in a custom Function
+            with torch.no_grad(), autograd_runs() as runs:  # the backward is written by hand, as in a Function
                 result = returns(fn, x, weight, bias, grad_out)
         except RuntimeError as err:
             if "does not require grad" in str(err) or "does not have a grad_fn" in str(err):
@@ -169,7 +248,27 @@ def linear_backward(fn):
                     "autograd is off during this check: compute the three gradients with tensor operations "
                     "(matrix products and sums), not with backward() or torch.autograd.grad"
                 )
+            if x.dim() == 2 and "shapes cannot be multiplied" in str(err):
+                hint(
+                    f"for x of shape {tuple(x.shape)} your code raised “{str(err).splitlines()[0]}”. Write down the "
+                    f"shape of each operand: grad_out is (..., out) = {tuple(grad_out.shape)}, weight is (out, in) = "
+                    f"{tuple(weight.shape)}, x is (..., in). Which product of two of them has the shape of the "
+                    "gradient you want?"
+                )
+            if x.dim() > 2 and re.search(_MATRIX_ONLY, str(err)):
+                hint(
+                    f"for x of shape {tuple(x.shape)} your code raised “{str(err).splitlines()[0]}”: section 6's "
+                    "2-D formulas (`t()`, `mm`) take matrices. Every leading position is a row where the same "
+                    "weight was used: flatten the leading dimensions into one, and the 2-D formulas apply"
+                )
             raise
+        if runs[0] or refers_to(fn, *AUTOGRAD_NAMES):
+            hint(
+                "your function asks autograd for the gradients: the numbers are right, but this exercise is the "
+                "backward you write when autograd cannot help (a custom Function's backward), and the rule it "
+                "practises, that a tensor used at many positions receives the sum of their gradients, is what "
+                "autograd would do for you out of sight. Compute them with tensor operations"
+            )
         expect(
             isinstance(result, (tuple, list)) and len(result) == 3,
             "return a tuple of three tensors: (grad_x, grad_weight, grad_bias)",

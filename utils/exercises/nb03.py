@@ -4,11 +4,15 @@ Used by notebook 03, whose ``Checker("03")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
+import torch.nn.modules.module as module_hooks
 from torch import nn
 
 from utils.exercises import Registry, expect, hint, returns
+from utils.exercises.rules import autograd_runs, refers_to, tensor_hooks, torch_calls
 
 EXERCISES = Registry("03")
 
@@ -87,7 +91,9 @@ def leaves_and_grads(answer):
 @EXERCISES.exercise(2, "Scale a gradient with a tensor hook (write a function)", TENSOR_HOOKS)
 def scale_grad(fn):
     x = torch.tensor([1.0, 2.0, -3.0], requires_grad=True)
-    y = returns(fn, x, -0.5)
+    with tensor_hooks() as hooks:
+        y = returns(fn, x, -0.5)
+    node_hook = refers_to(fn, "register_prehook", "register_hook")  # a hook on y.grad_fn: not counted at run time
     expect(isinstance(y, torch.Tensor), f"return a tensor, not a {type(y).__name__}")
     expect(tuple(y.shape) == (3,), f"the result should have t's shape (3,), not {tuple(y.shape)}")
     expect(
@@ -138,6 +144,18 @@ def scale_grad(fn):
         "the gradient through your result should be "
         "alpha times the incoming gradient, and the direct use of t should not be scaled",
     )
+    if not hooks["registered"] and not node_hook:
+        hint(
+            "the gradient is scaled, but no hook was registered: the scaling is built into the forward "
+            "computation (a `detach` trick, or a custom Function like GradCoeff). This exercise practises tensor "
+            "hooks: a hook changes or inspects the gradient that reaches a tensor without touching the forward "
+            "pass, which is how you clip, log or rescale gradients of a model you did not write"
+        )
+    expect(
+        hooks["ran"] or not hooks["registered"],
+        "your hook was registered but never ran during backward, so the scaling came from somewhere else: "
+        "the hook must be on the tensor the gradient flows through",
+    )
     leaf = torch.tensor([0.5, 1.5], requires_grad=True)  # a non-leaf input and another alpha
     try:  # sum's backward hands on an expanded gradient: one memory location for every element
         (g_leaf,) = torch.autograd.grad(returns(fn, leaf * 2, 3.0).sum(), leaf)
@@ -186,6 +204,67 @@ def _reference(model, layer, x, per_sample_loss):
     )
 
 
+_GLOBAL_HOOKS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+)
+
+
+def _global_hooks() -> dict[str, set]:
+    return {name: set(getattr(module_hooks, name)) for name in _GLOBAL_HOOKS}
+
+
+def _remove_global_hooks(keep: dict[str, set]) -> None:
+    for name in _GLOBAL_HOOKS:
+        hooks = getattr(module_hooks, name)
+        for key in set(hooks) - keep[name]:
+            del hooks[key]
+            module_hooks._global_forward_hooks_with_kwargs.pop(key, None)
+            module_hooks._global_forward_hooks_always_called.pop(key, None)
+
+
+@contextlib.contextmanager
+def _watch(layer: nn.Module):
+    """Note, each time ``layer`` runs inside the block, whether forward and backward hooks were registered on it (or
+    on every module): ``nn.Module.__call__`` runs them around ``forward``, which is wrapped here."""
+    seen = {"calls": 0, "forward": False, "backward": False}
+    forward = layer.forward
+
+    def watched(*args, **kwargs):
+        seen["calls"] += 1
+        g = _global_hooks()
+        seen["forward"] |= bool(layer._forward_hooks or layer._forward_pre_hooks)
+        seen["forward"] |= bool(g["_global_forward_hooks"] or g["_global_forward_pre_hooks"])
+        seen["backward"] |= bool(layer._backward_hooks or layer._backward_pre_hooks)
+        seen["backward"] |= bool(g["_global_backward_hooks"] or g["_global_backward_pre_hooks"])
+        return forward(*args, **kwargs)
+
+    layer.forward = watched
+    try:
+        yield seen
+    finally:
+        del layer.forward
+
+
+def _no_forward_hook():
+    hint(
+        "the layer ran with no forward hook on it, so the per-sample gradients came from somewhere else "
+        "(running the layers one by one, autograd once per sample, torch.func). This exercise practises "
+        "module hooks: they read a layer's input and output gradient from inside any model, as it is, "
+        "during one forward and one backward pass of the whole batch",
+        MODULE_HOOKS,
+    )
+
+
+def _operations(fn, model, layer, x) -> int:
+    """How many torch operations the learner's function runs for the batch ``x`` (more for a larger batch: a loop)."""
+    with torch_calls() as calls:
+        fn(model, layer, x, lambda out: out.pow(2).sum())  # a loss for any batch size
+    return sum(calls.values())
+
+
 @EXERCISES.exercise(3, "Per-sample gradients with module hooks (stretch)", MODULE_HOOKS)
 def per_sample_grads(fn):
     cases = []
@@ -205,10 +284,26 @@ def per_sample_grads(fn):
     cases.append((model, model[2], x, lambda out: out.pow(2).sum(), lambda out_i, i: out_i.pow(2).sum()))
     for model, layer, x, loss_fn, per_sample_loss in cases:
         n, n_out, n_in = len(x), layer.out_features, layer.in_features
-        g = returns(fn, model, layer, x, loss_fn)
+        global_before = _global_hooks()
+        try:
+            with _watch(layer) as seen, tensor_hooks() as hooks, autograd_runs() as runs:
+                g = returns(fn, model, layer, x, loss_fn)
+        except Exception:
+            _remove_global_hooks(global_before)  # a global hook left behind by the failed call would fire everywhere
+            if not seen["forward"] and refers_to(fn, "functional_call", "vmap", "func.grad"):
+                _no_forward_hook()  # torch.func on one sample at a time: cross_entropy's targets are the batch's
+            raise
+        if _global_hooks() != global_before:
+            _remove_global_hooks(global_before)  # undo what the answer left behind, for the learner's later cells
+            hint(
+                "a global module hook you registered (`register_module_forward_hook` and friends) was still "
+                "registered after the function returned (the check removed it): keep its handle and call "
+                "`handle.remove()`, or it fires for every module of the program from then on",
+                MODULE_HOOKS,
+            )
         leftover = sum(
-            len(hooks)
-            for hooks in (
+            len(registered)
+            for registered in (
                 layer._forward_hooks,
                 layer._forward_pre_hooks,
                 layer._backward_hooks,
@@ -221,6 +316,7 @@ def per_sample_grads(fn):
             "each handle and call `handle.remove()` (a forgotten hook fires on every later pass)",
             TENSOR_HOOKS,
         )
+        expect(seen["calls"] > 0, "the layer never ran: call `loss_fn(model(x)).backward()` in your function")
         expect(isinstance(g, torch.Tensor), f"return a tensor, not a {type(g).__name__}")
         g = g.detach()
         shape = tuple(g.shape)
@@ -257,12 +353,34 @@ def per_sample_grads(fn):
             f"shape ({n}, {n_out}, {n_in}), not {shape}",
             BROADCASTING,
         )
+        if not seen["forward"]:
+            _no_forward_hook()
+        if not (seen["backward"] or hooks["ran"]):
+            hint(
+                "no backward hook caught grad_output: take it from a full backward hook on the layer (or a tensor "
+                "hook on its output), which hands it to you during the backward pass, instead of keeping the "
+                "output's graph around to ask autograd for it afterwards (retain_grad, autograd.grad)",
+                MODULE_HOOKS,
+            )
+        expect(
+            runs[0] == 1,
+            f"your function ran the backward pass {runs[0]} times: hooks give every sample's input and output "
+            "gradient from one forward and one backward pass of the whole batch",
+        )
         want = _reference(model, layer, x, per_sample_loss)
         if torch.allclose(g * n, want, rtol=1e-4, atol=1e-6) or torch.allclose(g, want * n, rtol=1e-4, atol=1e-6):
             hint(
                 "off by a factor of the batch size: grad_output already holds the loss's 1/N (cross_entropy "
                 "averages over the batch); use it as it is"
             )
+        fewer, more = _operations(fn, model, layer, x[:3]), _operations(fn, model, layer, x)
+        expect(
+            fewer == more,
+            f"your function runs {fewer} tensor operations for 3 samples and {more} for {n}: their number grows with "
+            "the batch, so a Python loop over the samples runs somewhere. Broadcasting makes all the outer "
+            "products in one operation",
+            BROADCASTING,
+        )
         expect(
             torch.allclose(g, want, rtol=1e-4, atol=1e-6),
             "the shape is right but the values are not: sample "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import textwrap
 import types
@@ -105,15 +106,39 @@ def _trees(fn: Any) -> Iterator[tuple[str, ast.AST]]:
 
 
 def python_loops(fn: Any) -> list[str]:
-    """The Python loops in ``fn`` and in the learner's functions it calls, e.g. ``["a `for` loop in `nearest`"]``."""
+    """The Python loops in ``fn`` and in the learner's functions it calls, e.g. ``["a `for` loop in `nearest`"]``.
+    A bare ``reduce(...)`` or ``map(...)`` counts only when it is the builtin or functools'/itertools' one (einops'
+    ``reduce`` is a tensor operation)."""
     found = []
-    for name, tree in _trees(fn):
+    for f in functions_reached(fn):
+        tree = syntax(f)
+        if tree is None:
+            continue
         for node in ast.walk(tree):
             if type(node) in LOOP_NODES:
-                found.append(f"{LOOP_NODES[type(node)]} in `{name}`")
+                found.append(f"{LOOP_NODES[type(node)]} in `{f.__name__}`")
             elif isinstance(node, ast.Call) and _dotted(node.func) in LOOPING_CALLS:
-                found.append(f"`{_dotted(node.func)}(...)` in `{name}`")
+                if _looping_origin(_dotted(node.func), f, tree):
+                    found.append(f"`{_dotted(node.func)}(...)` in `{f.__name__}`")
     return found
+
+
+_LOOPING_MODULES = {"builtins", "functools", "_functools", "itertools"}
+
+
+def _looping_origin(name: str, f: types.FunctionType, tree: ast.AST) -> bool:
+    """Whether the called ``name`` is Python's looping builtin (or functools'/itertools'), not a namesake such as
+    ``einops.reduce``; when its origin cannot be told, it counts as a loop."""
+    if "." in name:
+        return True
+    for node in ast.walk(tree):  # imported inside the function
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            return (node.module or "").split(".")[0] in _LOOPING_MODULES
+    value = f.__globals__.get(name)
+    if value is None:
+        return True  # the builtin (or a name the check cannot see)
+    module = getattr(value, "__module__", None) or ""
+    return module.split(".")[0] in _LOOPING_MODULES or module == ""
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -247,6 +272,33 @@ def counting_calls(owner: Any, name: str) -> Iterator[list[int]]:
 
 
 @contextlib.contextmanager
+def tensor_hooks() -> Iterator[Counter]:
+    """Count the tensor hooks registered with ``Tensor.register_hook`` inside the block (``counts["registered"]``)
+    and how many times they ran (``counts["ran"]``, also after the block, while the tensors live). Hooks on graph
+    nodes (``grad_fn.register_prehook``) and module hooks are not seen: their classes cannot be patched."""
+    import torch
+
+    counts: Counter = Counter()
+    original = torch.Tensor.register_hook
+
+    def register_hook(self, hook):
+        counts["registered"] += 1
+
+        @functools.wraps(hook)
+        def counted(grad):
+            counts["ran"] += 1
+            return hook(grad)
+
+        return original(self, counted)
+
+    torch.Tensor.register_hook = register_hook
+    try:
+        yield counts
+    finally:
+        torch.Tensor.register_hook = original
+
+
+@contextlib.contextmanager
 def calls_to(*targets: Any) -> Iterator[Counter]:
     """Count the calls, inside the block, of the given library functions however they were reached: under an alias,
     through a re-export (``torch.nn.utils.fuse_conv_bn_weights`` is ``torch.nn.utils.fusion``'s function), bound
@@ -303,5 +355,6 @@ __all__ = [
     "python_loops",
     "refers_to",
     "syntax",
+    "tensor_hooks",
     "torch_calls",
 ]
