@@ -38,7 +38,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from tools.course import JOBS
-from tools.syllabus import METADATA_KEY, stale, write_generated
+from tools.syllabus import METADATA_KEY, SETUP_FIRST_LINE, stale, write_generated
 from utils.paths import REPO_ROOT, SOURCES_DIR
 from utils.syllabus import Lesson, lesson, lessons
 
@@ -390,8 +390,9 @@ def check(ipynb_path: Path, lesson: Lesson | None = None, sections: dict[str, se
                 )
         lines = [ln.strip() for ln in cell.source.splitlines()]
         asserts = any(re.match(r"(assert\b|torch\.testing\.assert_close\()", ln) for ln in lines)
-        # An exercise's stub cell (``# ✏️ Exercise N``) is checked by the cell after it.
-        stub = cell.source.startswith("# ✏️ Exercise ")
+        # An exercise's stub cell (``# ✏️ Exercise N``) is checked by the cell after it; the setup cell does
+        # nothing inside the course (tests/test_opened_alone.py runs it where it does something).
+        stub = cell.source.startswith(("# ✏️ Exercise ", SETUP_FIRST_LINE))
         if not cell.get("outputs") and not asserts and not stub:
             problems.append(
                 f"{ipynb_path.name} code cell {i}: shows nothing and asserts nothing (print or assert what it does)"
