@@ -24,7 +24,7 @@
 # How to write a model of your own as an `nn.Module` is explained here, where it is first needed (section 10.2);
 # notebook 10 shows its internals.
 #
-# **Study time:** about 140 min, exercises included. The cells run in about half a minute; training the model
+# **Study time:** about 155 min, exercises included. The cells run in about half a minute; training the model
 # takes a few seconds of that.
 #
 # The course was built from a teacher's study notes (in Chinese, for PyTorch 1.x). The models `Net` and

@@ -31,8 +31,8 @@
 # - practise in four self-checking exercises at the end.
 #
 # **You should know:** notebooks 01–04 (tensors, autograd, `nn.Module`, a training loop). Recurrent networks are
-# new here: section 5 shows what one GRU step computes, by hand and with PyTorch's `nn.GRU`. **Study time:** about 190 min for a first-time
-# learner: about 115 to read and run the fifteen sections, 35 for the exercises. Sections 1–10 are the core;
+# new here: section 5 shows what one GRU step computes, by hand and with PyTorch's `nn.GRU`. **Study time:** about 205 min for a first-time
+# learner: about 115 to read and run the fifteen sections, 50 for the exercises. Sections 1–10 are the core;
 # 11–15 measure what the models learnt and can wait for a second pass. The cells run in one to two minutes on a
 # laptop's CPU, most of it training four small models. **On a GPU:** the same code trains on `cuda`, several times
 # faster; the stored outputs come from the CPU.

@@ -24,7 +24,7 @@
 # ([notebook 03](03_dynamic_graphs_and_hooks.ipynb), §6), `backward(gradient)`
 # ([notebook 03](03_dynamic_graphs_and_hooks.ipynb), §7).
 #
-# **Study time:** about 170 min (30 of them for the exercises). The cells run in well under a minute.
+# **Study time:** about 185 min (45 of them for the exercises). The cells run in well under a minute.
 #
 # **On a GPU:** the cell of section 2.1 moves its layer to the GPU; everything else runs on the CPU on purpose
 # (the lesson is about bookkeeping and arithmetic, not speed). The stored outputs were made on the CPU.
