@@ -286,6 +286,21 @@ def test_a_killed_launcher_takes_its_job_with_it(waiting_job, sig):
 
 
 @linux_only
+def test_ln2_an_agent_killed_by_sigkill_leaves_no_worker(waiting_job, tmp_path):
+    """Probe LN2: the torchrun agent is killed with SIGKILL (the OOM killer, a user's kill -9) while its launcher
+    lives. The launch fails, and no worker or port outlives it (the agent could not stop its workers itself)."""
+    launcher, job = waiting_job
+    os.kill(job.agent, signal.SIGKILL)
+    assert launcher.wait(timeout=60) != 0  # run_torchrun raised TorchrunError (exit status -9)
+    _assert_stopped(job, within=15)
+    code = "import json; from utils.launch import leftover_processes; print(json.dumps(leftover_processes()))"
+    fresh = subprocess.run(
+        [PY, "-c", code], cwd=REPO_ROOT, env=_kernel_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(fresh.stdout.splitlines()[-1]) == [], fresh.stderr
+
+
+@linux_only
 def test_the_next_kernel_finds_and_stops_what_a_killed_one_left(waiting_job, tmp_path):
     """Kernel and agent killed at once, so nothing stopped the workers: a new process finds them and stops them."""
     launcher, job = waiting_job

@@ -39,8 +39,10 @@ What a launch leaves: nothing, also when its launcher dies. Each ``torchrun`` co
 * it exits when its launcher does (a kernel killed by SIGTERM or SIGKILL: JupyterLab sends both,
   to the kernel's process group only, when it restarts a kernel that does not answer; the agent
   runs in a session of its own): a thread in the agent watches its parent process and sends the
-  agent SIGTERM, and torchrun then stops its workers. Only an agent killed with SIGKILL itself
-  leaves its workers running; those are found later, by any process of the same user with the same
+  agent SIGTERM, and torchrun then stops its workers. An agent killed with SIGKILL itself cannot
+  stop its workers: its launcher, which waits for the agent, stops every process still marked with
+  the launch's id once the agent has exited. Only when launcher and agent die together are workers
+  left running; those are found later, by any process of the same user with the same
   temporary directory: every launch has a folder in
   ``<temp dir>/torch-course-launches-<uid>/<launch id>`` naming its launcher,
   :func:`leftover_processes` lists the processes of launches whose launcher has died, and the next
@@ -625,6 +627,8 @@ def _run(
     finally:
         if any(p.poll() is None for p in procs):
             _kill_launch(procs, launch_id)
+        else:  # an agent killed by SIGKILL (the OOM killer, a user's kill -9) left its workers running
+            _kill_marked(launch_id)
     wall = time.monotonic() - start
     texts = []
     for out, err in outs:
