@@ -350,6 +350,40 @@ def test_a_single_machine_launch_listens_on_loopback_only_and_leaves_no_temp_fol
     assert not leftover_processes([result.launch_id])
 
 
+GROUP_WORKER = WAITING_WORKER.replace(
+    "held = socket.socket()",
+    "import torch.distributed as dist\ndist.init_process_group('gloo')  # rank 0 hosts the workers' store here\n"
+    "held = socket.socket()",
+)
+
+
+@linux_only
+def test_l10_with_max_restarts_the_workers_store_listens_on_loopback_only(tmp_path):
+    """Probe L10: with max_restarts (notebook 08 section 6) the workers do not share the agent's store; rank 0
+    starts one in init_process_group, which listened on every interface (*:PORT)."""
+    script = tmp_path / "group.py"
+    script.write_text(GROUP_WORKER)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    results = []
+    launch = threading.Thread(
+        target=lambda: results.append(
+            run_torchrun(script, nproc=2, args=[tmp_path], max_restarts=1, env={"TMPDIR": str(temp)}, timeout=120)
+        )
+    )
+    launch.start()
+    try:
+        job = _job_is_up(tmp_path)
+    finally:
+        (tmp_path / "stop").touch()
+        launch.join()
+    [result] = results
+    assert result.returncode == 0, result.stderr
+    worker_ports = {p for i in tmp_path.glob("rank*.txt") for p in json.loads(i.read_text())["ports"][:1]}
+    assert worker_ports <= {port for _, port in job.listening}, "rank 0 hosts the workers' store on MASTER_PORT"
+    assert job.listening and all(_is_loopback(addr) for addr, _ in job.listening), job.listening
+
+
 def test_a_busy_master_port_fails_fast_and_names_the_port(tmp_path):
     script = tmp_path / "hi.py"
     script.write_text("print('hi')\n")
