@@ -149,6 +149,16 @@ def test_load_rank_results(tmp_path):
     assert load_rank_results(tmp_path) == {2: {"r": 2}, 10: {"r": 10}}
 
 
+def test_k12_a_rank_result_that_is_a_pickle_is_refused_naming_the_file(tmp_path):
+    """Probe K12's aside: load_rank_results raised torch's raw UnpicklingError, with ANSI codes and no file name."""
+    import torch
+
+    torch.save({"f": os.getcwd}, tmp_path / "rank0.pt")  # a function: weights_only refuses it
+    with pytest.raises(ValueError, match=r"rank0\.pt cannot be loaded as a rank result \(UnpicklingError: ") as info:
+        load_rank_results(tmp_path)
+    assert "\x1b[" not in str(info.value)
+
+
 # --- what a torchrun launch leaves behind (Linux: the checks read /proc) ---------------------------------
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the checks read /proc")

@@ -737,7 +737,17 @@ def load_rank_results(out_dir: str | os.PathLike[str]) -> dict[int, dict]:
     files = sorted(out.glob("rank*.pt"), key=lambda p: int(p.stem[4:]))
     if not files:
         raise ValueError(f"no rank*.pt result files in {out}: did the workers run with --out {out}?")
-    return {int(p.stem[4:]): torch.load(p, weights_only=True) for p in files}
+    results = {}
+    for p in files:
+        try:
+            results[int(p.stem[4:])] = torch.load(p, weights_only=True)
+        except Exception as err:  # torch's UnpicklingError is long, coloured, and does not name the file
+            first = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
+            raise ValueError(
+                f"{p} cannot be loaded as a rank result ({type(err).__name__}: {first[0] if first else 'no message'}): "
+                "was it written by utils.ddp.common.save_result? Delete it and run the launch again"
+            ) from err
+    return results
 
 
 # --- the agent: torchrun as run_commands runs it ------------------------------------------------------------

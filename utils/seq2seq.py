@@ -268,7 +268,13 @@ class Lang:
                 f"empty sentence {sentence!r}: nothing to encode "
                 "(normalize_string leaves nothing of a sentence without letters or . ! ?)"
             )
-        return sentence.split(" ")
+        words = sentence.split(" ")
+        if "" in words:  # "je  suis": the empty word between the spaces would be "not in the vocabulary"
+            raise ValueError(
+                f"sentence {sentence!r} has a space at its start or end, or two in a row: words are separated by one "
+                "space; give it through normalize_string first"
+            )
+        return words
 
     def add_sentence(self, sentence: str) -> None:
         for word in self._words(sentence):
