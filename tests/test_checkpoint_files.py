@@ -772,6 +772,10 @@ def test_ck4_a_newer_checkpoint_is_refused_with_update_advice_and_never_replaced
     assert newer.read_bytes() == before and not (tmp_path / "superseded").exists()
     save_checkpoint(tmp_path, model=model, step=3)  # touches nothing of the newer course: allowed
     assert newer.read_bytes() == before
+    last = save_checkpoint(tmp_path / "last.pt", model=model, step=3)
+    _rewrite_version(last, 4)
+    with pytest.raises(NewerCheckpointError, match="last.pt has format version 4"):
+        save_checkpoint(last, model=model, step=4)
 
 
 def test_ck1_two_writers_in_one_folder_are_named_and_superseded_stays_bounded(tmp_path):

@@ -704,6 +704,8 @@ def save_checkpoint(
         _warn_if_another_writer(target.parent, newer)
     elif keep_last is not None:
         raise ValueError(f"keep_last needs a folder to prune, but {target} is a file name")
+    elif target.is_file() and (version := _newer_format_version(target)) is not None:
+        raise _newer_error(target, version)  # a file name such as last.pt: not replaced either
 
     payload = {
         "format": CHECKPOINT_FORMAT,
