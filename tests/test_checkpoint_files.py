@@ -4,6 +4,7 @@ import os
 import random
 import stat
 import struct
+import warnings
 import zipfile
 
 import numpy as np
@@ -743,3 +744,75 @@ def test_module_prefix_in_a_course_file_is_hinted(tmp_path):
     with pytest.raises(RuntimeError, match=r"start with 'module\.'") as err:
         load_checkpoint(path, model=nn.Linear(2, 1))
     assert "consume_prefix_in_state_dict_if_present" in str(err.value) and "notebook 06" in str(err.value)
+
+
+def _rewrite_version(path, version: int) -> None:
+    payload = torch.load(path, weights_only=True)
+    payload["version"] = version
+    torch.save(payload, path)
+
+
+def test_ck4_a_newer_checkpoint_is_refused_with_update_advice_and_never_replaced(tmp_path):
+    """Probe CK4: a checkpoint of a newer format (a newer course wrote it) is not damage. The error says to update
+    the course (no fallback advice), fallback=True does not skip it, and no save replaces, moves or prunes it."""
+    from utils.checkpoint_files import NewerCheckpointError
+
+    model = _make()[0]
+    save_checkpoint(tmp_path, model=model, step=1)
+    newer = save_checkpoint(tmp_path, model=model, step=2)
+    _rewrite_version(newer, 4)
+    before = newer.read_bytes()
+    for fallback in (False, True):
+        with pytest.raises(NewerCheckpointError, match="newer version of the course.*Update this copy") as info:
+            load_checkpoint(tmp_path, model=model, fallback=fallback)
+        assert "fallback" not in str(info.value)
+    for step, keep_last in ((2, None), (1, None), (0, None), (3, 1)):
+        with pytest.raises(NewerCheckpointError, match=f"saves into {tmp_path} that would replace"):
+            save_checkpoint(tmp_path, model=model, step=step, keep_last=keep_last)
+    assert newer.read_bytes() == before and not (tmp_path / "superseded").exists()
+    save_checkpoint(tmp_path, model=model, step=3)  # touches nothing of the newer course: allowed
+    assert newer.read_bytes() == before
+    last = save_checkpoint(tmp_path / "last.pt", model=model, step=3)
+    _rewrite_version(last, 4)
+    with pytest.raises(NewerCheckpointError, match="last.pt has format version 4"):
+        save_checkpoint(last, model=model, step=4)
+
+
+def test_ck1_two_writers_in_one_folder_are_named_and_superseded_stays_bounded(tmp_path):
+    """Probe CK1: two writers saving the same steps into one folder (every DDP rank, without `if rank == 0`) roll
+    each other back. A warning names the folder, and keep_last bounds superseded/ as it bounds the folder."""
+    model = _make()[0]
+    save_checkpoint(tmp_path, model=model, step=4, keep_last=2)
+    other = save_checkpoint(tmp_path / "elsewhere", model=model, step=6)  # "another process" writes step 6 later
+    os.replace(other, tmp_path / other.name)
+    later = (tmp_path / checkpoint_name(4)).stat().st_mtime_ns + 10**9
+    os.utime(tmp_path / other.name, ns=(later, later))
+    with pytest.warns(UserWarning, match=f"another process is saving into {tmp_path} too"):
+        save_checkpoint(tmp_path, model=model, step=5, keep_last=2)
+    for step in range(6, 30):  # a legitimate rollback by this process itself does not warn
+        save_checkpoint(tmp_path, model=model, step=step, keep_last=2)
+        if step % 3 == 0:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                save_checkpoint(tmp_path, model=model, step=step - 1, keep_last=2)
+    assert len(list_checkpoints(tmp_path / "superseded")) <= 2
+
+
+def test_ck5_a_read_only_folder_is_named_with_the_fix(tmp_path, monkeypatch):
+    """Probe CK5: saving into a folder that cannot be written names the folder (not the hidden temporary file)
+    and says what to do; loading from it works."""
+    model = _make()[0]
+    path = save_checkpoint(tmp_path, model=model, step=1)
+    real_open = os.open
+
+    def read_only(file, flags, *args, **kwargs):
+        if flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), file)
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(OSError, match=f"the folder {tmp_path} is on a read-only filesystem.*save into a folder") as e:
+        save_checkpoint(tmp_path, model=model, step=2)
+    assert ".tmp" not in str(e.value) and e.value.errno == errno.EROFS
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path, model=model).path == path

@@ -1,9 +1,13 @@
 """tools/course.py: the venv holds exactly the lock, and the course's own packages are the ones imported."""
 
+import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tools.course import (
     ROOT,
@@ -112,3 +116,87 @@ def test_every_learner_command_of_make_runs_without_make_too():
         timeout=300,
     )
     assert done.returncode == 0 and "all notebooks are in sync" in done.stdout, done.stdout + done.stderr
+
+
+# --- the install tool on damage (probes I1b, I2, I4 of issue 31) ---------------------------------------------------
+
+FAKE_PIP = """#!/bin/sh
+# stands in for `python -m pip install -q --target DIR uv==...`: installs a uv that runs
+mkdir -p "$6/bin"
+printf '#!/bin/sh\\necho uv 0.13.9\\n' > "$6/bin/uv"
+chmod +x "$6/bin/uv"
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="shell scripts stand in for python and uv")
+def test_i1b_a_damaged_bootstrapped_uv_is_installed_again(tmp_path, monkeypatch, capsys):
+    """Probe I1b: a truncated .venv/.uv/bin/uv (a full disk, an interrupted copy) and no uv on the PATH."""
+    from tools import course
+
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(FAKE_PIP)
+    (venv / "bin" / "python").chmod(0o755)
+    uv = venv / ".uv" / "bin" / "uv"
+    uv.parent.mkdir(parents=True)
+    uv.write_bytes(b"\x7fELF\x02\x01\x01" + b"\x00" * 40)  # the start of a binary, cut off
+    uv.chmod(0o755)
+    monkeypatch.setattr(course.shutil, "which", lambda name: None)
+    command = course.uv_command(venv)
+    assert command == [str(uv)] and subprocess.run([*command, "--version"]).returncode == 0
+    assert "does not run (damaged): installing it again" in capsys.readouterr().out
+
+
+def test_i2_a_read_only_folder_is_named_not_a_missing_venv_package(tmp_path, monkeypatch):
+    """Probe I2: the course folder is read-only; the advice was to install python3.X-venv."""
+    import tempfile
+
+    from tools import course
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    monkeypatch.setattr(course.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, b"", b""))
+    with pytest.raises(SystemExit) as info:
+        course.ensure_venv(tmp_path / ".venv")
+    message = str(info.value)
+    assert f"Cannot write into {tmp_path} (Read-only file system), where the venv .venv is created" in message
+    assert "apt install" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("six\n", "line 1 is not a pin (name==version): 'six'"),
+        ("", "pins no package (it is empty)"),
+        ("six==1.1\nnumpy @@@\n", "line 2 is not a pin"),
+    ],
+)
+def test_i4_a_damaged_lock_is_named_in_one_line_with_the_fix(tmp_path, text, says):
+    """Probe I4: an unpinned line passed `venv` and broke `test` with a traceback; an empty lock got `make venv`."""
+    from tools.course import check_lock
+
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(text)
+    with pytest.raises(SystemExit) as info:
+        check_lock(lock)
+    assert says in str(info.value) and "git checkout -- requirements.txt" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a symlink stands in for the venv's python")
+def test_i4_the_lock_check_shows_the_child_s_error_in_one_line(tmp_path):
+    """Probe I4: `make test`'s lock check died with a CalledProcessError traceback that hid the child's error."""
+    from tools.course import differences
+
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("six\n")
+    with pytest.raises(SystemExit) as info:
+        differences(venv, lock)
+    message = str(info.value)
+    assert message.startswith("could not compare .venv with requirements.txt: ValueError: 'six' is not a pin")
+    assert "\n" not in message

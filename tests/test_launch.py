@@ -149,6 +149,16 @@ def test_load_rank_results(tmp_path):
     assert load_rank_results(tmp_path) == {2: {"r": 2}, 10: {"r": 10}}
 
 
+def test_k12_a_rank_result_that_is_a_pickle_is_refused_naming_the_file(tmp_path):
+    """Probe K12's aside: load_rank_results raised torch's raw UnpicklingError, with ANSI codes and no file name."""
+    import torch
+
+    torch.save({"f": os.getcwd}, tmp_path / "rank0.pt")  # a function: weights_only refuses it
+    with pytest.raises(ValueError, match=r"rank0\.pt cannot be loaded as a rank result \(UnpicklingError: ") as info:
+        load_rank_results(tmp_path)
+    assert "\x1b[" not in str(info.value)
+
+
 # --- what a torchrun launch leaves behind (Linux: the checks read /proc) ---------------------------------
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the checks read /proc")
@@ -286,6 +296,21 @@ def test_a_killed_launcher_takes_its_job_with_it(waiting_job, sig):
 
 
 @linux_only
+def test_ln2_an_agent_killed_by_sigkill_leaves_no_worker(waiting_job, tmp_path):
+    """Probe LN2: the torchrun agent is killed with SIGKILL (the OOM killer, a user's kill -9) while its launcher
+    lives. The launch fails, and no worker or port outlives it (the agent could not stop its workers itself)."""
+    launcher, job = waiting_job
+    os.kill(job.agent, signal.SIGKILL)
+    assert launcher.wait(timeout=60) != 0  # run_torchrun raised TorchrunError (exit status -9)
+    _assert_stopped(job, within=15)
+    code = "import json; from utils.launch import leftover_processes; print(json.dumps(leftover_processes()))"
+    fresh = subprocess.run(
+        [PY, "-c", code], cwd=REPO_ROOT, env=_kernel_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(fresh.stdout.splitlines()[-1]) == [], fresh.stderr
+
+
+@linux_only
 def test_the_next_kernel_finds_and_stops_what_a_killed_one_left(waiting_job, tmp_path):
     """Kernel and agent killed at once, so nothing stopped the workers: a new process finds them and stops them."""
     launcher, job = waiting_job
@@ -333,6 +358,40 @@ def test_a_single_machine_launch_listens_on_loopback_only_and_leaves_no_temp_fol
     assert result.returncode == 0
     assert not list(temp.iterdir()), "torchrun's log folder (torchelastic_*) must be removed after the launch"
     assert not leftover_processes([result.launch_id])
+
+
+GROUP_WORKER = WAITING_WORKER.replace(
+    "held = socket.socket()",
+    "import torch.distributed as dist\ndist.init_process_group('gloo')  # rank 0 hosts the workers' store here\n"
+    "held = socket.socket()",
+)
+
+
+@linux_only
+def test_l10_with_max_restarts_the_workers_store_listens_on_loopback_only(tmp_path):
+    """Probe L10: with max_restarts (notebook 08 section 6) the workers do not share the agent's store; rank 0
+    starts one in init_process_group, which listened on every interface (*:PORT)."""
+    script = tmp_path / "group.py"
+    script.write_text(GROUP_WORKER)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    results = []
+    launch = threading.Thread(
+        target=lambda: results.append(
+            run_torchrun(script, nproc=2, args=[tmp_path], max_restarts=1, env={"TMPDIR": str(temp)}, timeout=120)
+        )
+    )
+    launch.start()
+    try:
+        job = _job_is_up(tmp_path)
+    finally:
+        (tmp_path / "stop").touch()
+        launch.join()
+    [result] = results
+    assert result.returncode == 0, result.stderr
+    worker_ports = {p for i in tmp_path.glob("rank*.txt") for p in json.loads(i.read_text())["ports"][:1]}
+    assert worker_ports <= {port for _, port in job.listening}, "rank 0 hosts the workers' store on MASTER_PORT"
+    assert job.listening and all(_is_loopback(addr) for addr, _ in job.listening), job.listening
 
 
 def test_a_busy_master_port_fails_fast_and_names_the_port(tmp_path):

@@ -86,3 +86,17 @@ def test_training_refuses_an_optimizer_of_another_model():
     before = model[1].weight.clone()
     lesson.train_steps(model, batches, head_only, sched)
     assert torch.equal(model[1].weight, before) and stale is not model
+
+
+def test_b16_batches_that_are_not_pairs_and_empty_loaders_are_named():
+    """Probe B16: 3-tuples as batches, and a loader without batches (train_steps and evaluate)."""
+    model, optimizer, scheduler, batches = _setup()
+    triples = [(xb, yb, torch.arange(len(yb))) for xb, yb in batches]
+    with pytest.raises(ValueError, match=r"batch 0 of batches is a tuple of 3 items; each batch must be a pair"):
+        lesson.train_steps(model, triples, optimizer, scheduler)
+    with pytest.raises(ValueError, match=r"batch 0 of loader is a tuple of 3 items; each batch must be a pair"):
+        lesson.evaluate(model, triples)
+    with pytest.raises(ValueError, match=r"batches yielded no batch: is its dataset empty"):
+        lesson.train_steps(model, [], optimizer, scheduler)
+    with pytest.raises(ValueError, match=r"loader yielded no batch"):
+        lesson.evaluate(model, iter([]))

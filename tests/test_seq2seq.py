@@ -300,6 +300,21 @@ def test_translate_refuses_one_str_and_empty_sentences():
             lesson.translate(model, ["je suis froid .", empty], src, tgt)
 
 
+def test_b3_translate_refuses_what_is_not_a_list_of_sentences():
+    """Probe B3: None and bytes named as the wrong type of `sentences` (not `len()` of None, not an int)."""
+    model, src, tgt = _tiny_model()
+    for bad, kind in ((None, "NoneType"), (b"je suis", "bytes"), (iter(["je suis"]), "list_iterator")):
+        with pytest.raises(TypeError, match=rf"translate\(\) takes a list of sentences \(str\), got {kind}"):
+            lesson.translate(model, bad, src, tgt)
+
+
+def test_b12_evaluate_refuses_no_pairs():
+    """Probe B12: evaluate(model, []) named the empty argument, not an IndexError inside sacrebleu."""
+    model, src, tgt = _tiny_model()
+    with pytest.raises(ValueError, match=r"evaluate\(\) needs at least one pair \(source, reference\) in pairs"):
+        lesson.evaluate(model, [], src, tgt)
+
+
 def test_translate_gives_the_model_back_in_its_mode():
     model, src, tgt = _tiny_model()
     for training in (True, False):
@@ -352,3 +367,10 @@ def test_free_running_step_feeds_back_its_own_predictions():
     opt = torch.optim.Adam(learner.parameters(), lr=0.02)
     losses = [lesson.train_step_free_running(learner, batch, opt)[0] for _ in range(60)]
     assert losses[-1] < losses[0] / 5
+
+
+def test_b12_aside_a_double_space_is_named_not_an_unknown_empty_word():
+    """Probe B12's aside: Lang.encode("je  suis") said the word '' was not in the vocabulary."""
+    src, _ = build_langs(PAIRS)
+    with pytest.raises(ValueError, match=r"sentence 'je  suis' has a space at its start or end, or two in a row"):
+        src.encode("je  suis")

@@ -197,3 +197,76 @@ def test_the_mnist_cache_follows_the_umask(mnist_copy, umask, mode):
     finally:
         os.umask(old)
     assert {stat.S_IMODE((raw / name).stat().st_mode) for name in MNIST_FILES} == {mode}
+
+
+# ------------------------------------------------------------------ round 2 of the probes (issue 31)
+
+
+@pytest.fixture
+def course_manifest_copy(corpus_copy, monkeypatch) -> Path:
+    """corpus_copy, whose manifest counts as the course's own (compared with MANIFEST_SHA256)."""
+    monkeypatch.setattr(shipped, "_COURSE_MANIFEST", corpus_copy / "SHA256SUMS")
+    return corpus_copy
+
+
+def test_d15_a_damaged_manifest_line_is_blamed_on_the_manifest_not_the_intact_file(course_manifest_copy):
+    """Probe D15: one hex digit of the corpus's line in SHA256SUMS changed, the corpus intact."""
+    manifest = course_manifest_copy / "SHA256SUMS"
+    text = manifest.read_text()
+    digest = read_manifest(manifest)[CORPUS_FILE.name]
+    manifest.write_text(text.replace(digest, ("6" if digest[0] != "6" else "7") + digest[1:]))
+    with pytest.raises(DataFileError, match=r"SHA256SUMS is damaged: .*git checkout -- \S*data/SHA256SUMS`") as info:
+        read_pairs(course_manifest_copy / CORPUS_FILE.name)
+    assert "eng-fra-course.txt" not in str(info.value)
+    manifest.write_text(text)
+    assert read_pairs(course_manifest_copy / CORPUS_FILE.name)
+
+
+def test_d16_a_corpus_missing_from_the_manifest_is_not_read_unchecked(course_manifest_copy):
+    """Probe D16: the corpus's line deleted from SHA256SUMS and a letter of the corpus changed: refused."""
+    manifest = course_manifest_copy / "SHA256SUMS"
+    manifest.write_text("".join(line for line in manifest.read_text().splitlines(True) if "course.txt" not in line))
+    _flip_letter(course_manifest_copy / CORPUS_FILE.name)
+    with pytest.raises(DataFileError, match=r"SHA256SUMS is damaged"):
+        read_pairs(course_manifest_copy / CORPUS_FILE.name)
+    with pytest.raises(DataFileError, match=r"SHA256SUMS is damaged"):
+        shipped.is_shipped(course_manifest_copy / CORPUS_FILE.name)  # notebook 05's check, no bare AssertionError
+
+
+def test_the_course_manifest_matches_its_recorded_digest():
+    assert shipped.file_digest(shipped.MANIFEST) == shipped.MANIFEST_SHA256, (
+        "data/SHA256SUMS changed: update_manifest() (python -m tools.translation_corpus) rewrites MANIFEST_SHA256"
+    )
+
+
+def test_update_manifest_of_the_course_manifest_records_its_new_digest(course_manifest_copy, monkeypatch, tmp_path):
+    source = tmp_path / "shipped_copy.py"
+    source.write_text(Path(shipped.__file__).read_text())
+    monkeypatch.setattr(shipped, "__file__", str(source))
+    monkeypatch.setattr(shipped, "MANIFEST_SHA256", shipped.MANIFEST_SHA256)
+    path = course_manifest_copy / CORPUS_FILE.name
+    _drop_line(path)
+    update_manifest([path])
+    new = shipped.file_digest(course_manifest_copy / "SHA256SUMS")
+    assert shipped.MANIFEST_SHA256 == new and f'MANIFEST_SHA256 = "{new}"' in source.read_text()
+    assert read_pairs(path)
+
+
+@pytest.mark.parametrize("name", [CORPUS_FILE.name, COMPOSITIONAL_FILE.name])
+def test_c1_a_deleted_corpus_file_gets_the_restore_line(corpus_copy, name):
+    """Probe C1: data/README.md promises the `git checkout` line for a missing file too."""
+    (corpus_copy / name).unlink()
+    reader = read_compositional if name == COMPOSITIONAL_FILE.name else read_pairs
+    with pytest.raises(FileNotFoundError, match=rf"{name} is missing: restore .*git checkout -- .*{name}"):
+        reader(corpus_copy / name)
+
+
+def test_d12_a_cache_file_replaced_by_a_folder_is_named_with_the_fix(mnist_copy):
+    """Probe D12: a decompressed MNIST file replaced by a directory."""
+    src, root = mnist_copy
+    raw = prepare_mnist(src, root)
+    (raw / MNIST_FILES[3]).unlink()
+    (raw / MNIST_FILES[3]).mkdir()
+    with pytest.raises(DataFileError, match=rf"{MNIST_FILES[3]} is a folder: .*Remove the cache \(rm -r .*MNIST\)"):
+        prepare_mnist(src, root)
+    assert not list(raw.glob("*.tmp"))

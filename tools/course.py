@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,14 +77,25 @@ def uv_command(venv: Path) -> list[str] | None:
         names = ("bin/uv.exe", "Scripts/uv.exe") if os.name == "nt" else ("bin/uv",)
         return next((tool_dir / name for name in names if (tool_dir / name).is_file()), None)
 
+    if (uv := bootstrapped()) and not runs(uv):  # half a file: a full disk, an interrupted copy (probe I1b)
+        print(f"the uv in {tool_dir} does not run (damaged): installing it again", flush=True)
+        shutil.rmtree(tool_dir, ignore_errors=True)
     if not bootstrapped():
         print("installing uv (a fast installer) into", tool_dir, flush=True)
         pip = [venv_python(venv), "-m", "pip", "install", "-q", "--target", tool_dir, UV]
         subprocess.run([str(c) for c in pip])
-    if uv := bootstrapped():
+    if (uv := bootstrapped()) and runs(uv):
         return [str(uv)]
     print("uv could not be installed: installing with pip instead (slower)", flush=True)
     return None
+
+
+def runs(program: Path) -> bool:
+    """Whether ``program --version`` starts and succeeds (a truncated binary segfaults or is no executable)."""
+    try:
+        return subprocess.run([str(program), "--version"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def pip_indexes(py: Path) -> list[str]:
@@ -129,11 +141,50 @@ def venv_is_usable(py: Path) -> bool:
     return py.exists() and subprocess.run([str(py), "-c", check], capture_output=True).returncode == 0
 
 
+def check_writable(folder: Path, what: str) -> None:
+    """Exit with one line naming ``folder`` and the fix when a file cannot be created in it (probe I2)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        sys.exit(
+            f"Cannot write into {folder} ({err.strerror}), where {what}. Make it writable, or clone the course "
+            "into a folder of yours (or give another venv: make VENV=path, python tools/course.py --venv path), "
+            "then run this again."
+        )
+
+
+def check_lock(lock: Path) -> None:
+    """Exit with one line naming the file and the fix when the lock is not a list of pins (probe I4).
+
+    Each line that is not a comment (``#``, indented ``# via``) must pin one package (``name==version``, with an
+    optional ``; marker``), as ``make lock`` writes them; uv would accept an unpinned name, which the lock check
+    of ``make test`` then cannot compare.
+    """
+    fix = f"restore it with `git checkout -- {lock.name}`"
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        sys.exit(f"{lock} cannot be read ({err}): {fix}.")
+    pins = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith(("#", "-")):  # comments, options (--index-url ...)
+            continue
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]*\])?==[A-Za-z0-9.+!_-]+( ; .+)?", line):
+            sys.exit(f"{lock} line {number} is not a pin (name==version): {line[:80]!r}; the lock is damaged: {fix}.")
+        pins += 1
+    if not pins:
+        sys.exit(f"{lock} pins no package (it is empty); the lock is damaged: {fix}.")
+
+
 def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
     """Create the venv if it is missing or broken; install the lock when it changed (or, with ``exact``,
     when the venv drifted from it). The browser lock satisfies the plain one: it adds packages only."""
     py = venv_python(venv)
+    lock = BROWSER_LOCK if browser else LOCK
+    check_lock(lock)
     if not venv_is_usable(py):
+        check_writable(venv.parent, f"the venv {venv.name} is created")
         shutil.rmtree(venv, ignore_errors=True)
         print(f"creating {venv.name} with Python {sys.version.split()[0]}", flush=True)
         if subprocess.run([sys.executable, "-m", "venv", str(venv)]).returncode or not venv_is_usable(py):
@@ -144,9 +195,9 @@ def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
                 f"the package python{v}-venv (sudo apt install python{v}-venv), then run this again."
             )
     stamp = venv / ".installed"
-    lock = BROWSER_LOCK if browser else LOCK
     accepted = {lock_digest(lock)} if browser else {lock_digest(LOCK), lock_digest(BROWSER_LOCK)}
     if not stamp.exists() or stamp.read_text() not in accepted or (exact and any(differences(venv, venv_lock(venv)))):
+        check_writable(venv, "the packages are installed")
         install(venv, lock)
         stamp.write_text(lock_digest(lock))
     return py
@@ -155,13 +206,14 @@ def ensure_venv(venv: Path, browser: bool = False, exact: bool = False) -> Path:
 def differences(venv: Path, lock: Path) -> tuple[list[str], list[str]]:
     """(locked packages missing or at another version, installed packages the lock does not name),
     computed by the venv's own Python (lock markers need its ``packaging``)."""
-    out = subprocess.run(
-        [str(venv_python(venv)), __file__, "--venv", venv, "_differences", lock],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return tuple(json.loads(out))
+    done = subprocess.run(
+        [str(venv_python(venv)), __file__, "--venv", venv, "_differences", lock], capture_output=True, text=True
+    )
+    if done.returncode:  # its error in one line, not a CalledProcessError traceback that hides it (probe I4)
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        fix = "make venv" if shutil.which("make") and os.name != "nt" else "python tools/course.py venv"
+        sys.exit(f"could not compare {venv.name} with {lock.name}: {last}. Check {lock.name}, then `{fix}`.")
+    return tuple(json.loads(done.stdout))
 
 
 def locked_versions(lock_text: str) -> dict[str, str]:
@@ -172,8 +224,11 @@ def locked_versions(lock_text: str) -> dict[str, str]:
     for line in lock_text.splitlines():
         if line and not line.startswith((" ", "#", "-")):
             req = Requirement(line)
+            spec = list(req.specifier)
+            if len(spec) != 1 or spec[0].operator != "==":
+                raise ValueError(f"{line!r} is not a pin (name==version)")
             if req.marker is None or req.marker.evaluate():
-                pins[canonical(req.name)] = next(iter(req.specifier)).version
+                pins[canonical(req.name)] = spec[0].version
     return pins
 
 

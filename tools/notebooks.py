@@ -342,6 +342,10 @@ def dangling_references(text: str, own: str, sections: dict[str, set[str]]) -> l
     return out
 
 
+UNREADABLE = "cannot be read"
+"""What :func:`check` says of a notebook that is not valid JSON (a half-saved file)."""
+
+
 def check(ipynb_path: Path, lesson: Lesson | None = None, sections: dict[str, set[str]] | None = None) -> list[str]:
     """Return the problems of one stored notebook (an empty list when it is good).
 
@@ -361,7 +365,12 @@ def check(ipynb_path: Path, lesson: Lesson | None = None, sections: dict[str, se
     try:
         nb = nbformat.read(ipynb_path, as_version=4)
     except Exception as err:  # noqa: BLE001 - a damaged or half-written notebook, whatever the parser raised
-        return [f"{ipynb_path.name} cannot be read ({type(err).__name__}: {str(err)[:200]}): run `make execute`"]
+        first = (str(err).strip().splitlines() or ["no message"])[0][:120]
+        return [
+            f"{ipynb_path.name} {UNREADABLE} ({type(err).__name__}: {first}): it is half-saved or damaged; "
+            f"`git checkout -- notebooks/{ipynb_path.name}` restores the committed one, "
+            f"`make execute NB={ipynb_path.stem[:2]}` writes it again"
+        ]
     src = read_source(py_path)
     digest = nb.metadata.get(METADATA_KEY, {}).get("source_sha256")
     if digest != source_digest(nb):
@@ -534,7 +543,14 @@ def _py_sources(names: list[str]) -> list[Path]:
         try:
             found = lesson(Path(name).stem)
         except LookupError as err:
-            raise SystemExit(str(err)) from None
+            unlisted = sorted(SOURCES_DIR.glob(f"{Path(name).stem}*.py"))
+            message = (  # a new lesson: say what is missing, not only that it is unknown (probe R3)
+                f"{unlisted[0].relative_to(REPO_ROOT)} is not a lesson of course.toml yet: add a [[lessons]] "
+                "entry for it, then run this again (nothing was run or written)"
+                if unlisted
+                else str(err)
+            )
+            raise SystemExit(message) from None
         if found.source not in chosen:
             chosen.append(found.source)
     return chosen
@@ -565,7 +581,8 @@ def check_all() -> list[str]:
                 f"{py.relative_to(REPO_ROOT)} is not a lesson of course.toml: add a [[lessons]] entry for it "
                 "(or move it out of notebooks/src/)"
             )
-    problems += [f"{path.relative_to(REPO_ROOT)} is out of date: run `make sync`" for path in stale()]
+    if not any(UNREADABLE in p for p in problems):  # else the page only lacks that notebook's run time (probe R4)
+        problems += [f"{path.relative_to(REPO_ROOT)} is out of date: run `make sync`" for path in stale()]
     return problems
 
 

@@ -63,7 +63,16 @@ guarantees: keep checkpoints on a local disk, or check what your filesystem prom
 Rolling back: saving step ``N`` into a folder first moves every ``checkpoint_<M>.pt`` with
 ``M > N`` into the sub-folder ``superseded/`` (it belongs to a run you went back from), so that
 :func:`latest_checkpoint` can never pick up a stale future step after you resumed from an older
-checkpoint. ``keep_last`` then deletes the oldest files so that the newest ``keep_last`` remain.
+checkpoint. ``keep_last`` then deletes the oldest files so that the newest ``keep_last`` remain, in the
+folder and in ``superseded/``. Two processes saving into one folder (every DDP rank saving, without
+``if rank == 0``) keep rolling each other back: a save that moves aside a file another process wrote
+since this process's last save warns, naming the folder.
+
+Another format: a file of an older format version is refused with the way to convert it; one of a
+newer version (:class:`NewerCheckpointError`: a newer course wrote it) is refused with the advice to
+update the course, is never skipped by ``fallback=True``, and a save that would replace, move aside
+or prune it is refused too, so nothing a newer course wrote is lost. A folder that cannot be written
+(read-only, another user's) is named in the error, with the fix.
 
 How a load notices damage: every file that :func:`atomic_torch_save` writes ends with the SHA-256
 of all its other bytes, stored as the zip archive's comment (a free field after the central directory:
@@ -104,6 +113,7 @@ import re
 import secrets
 import struct
 import time
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -122,6 +132,7 @@ from torch import nn
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CheckpointError",
+    "NewerCheckpointError",
     "LoadedCheckpoint",
     "atomic_torch_save",
     "checkpoint_name",
@@ -149,6 +160,8 @@ _DIGEST_PREFIX = b"torch-course-sha256:"
 _DIGEST_SIZE = len(_DIGEST_PREFIX) + 64
 STALE_TEMP_SECONDS = 3600
 """On Windows (no ``flock``), the age after which an unlocked temporary file counts as abandoned."""
+_NOT_WRITABLE = {errno.EROFS: "is on a read-only filesystem", errno.EACCES: "is not writable by you"}
+_NOT_WRITABLE[errno.EPERM] = _NOT_WRITABLE[errno.EACCES]
 _NO_ROOM = {
     errno.ENOSPC: ("no space left on the device", "free some space, or save elsewhere"),
     errno.EFBIG: ("the file would exceed this process's file size limit", "raise it (ulimit -f), or save less"),
@@ -161,6 +174,15 @@ class CheckpointError(ValueError):
     """A checkpoint file cannot be used (truncated, corrupt, or not a course checkpoint).
 
     The message always names the file.
+    """
+
+
+class NewerCheckpointError(CheckpointError):
+    """A checkpoint written by a newer version of the course (a higher format version).
+
+    Not damage: ``fallback=True`` does not skip it (an older checkpoint would be loaded and the next save
+    would replace or move the newer file), and :func:`save_checkpoint` refuses to replace, move or prune it.
+    The fix is to update this copy of the course.
     """
 
 
@@ -521,8 +543,31 @@ def _out_of_space(err: BaseException, target: Path) -> OSError | None:
                 f"cannot save {target}: {reason} ({cause.strerror}); {advice}. "
                 "The previous file of that name is unchanged and no temporary file was left.",
             )
+        if isinstance(cause, OSError) and cause.errno in _NOT_WRITABLE:
+            return _not_writable(cause, target)
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+def _make_folder(folder: Path, target: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if err.errno in _NOT_WRITABLE:
+            raise _not_writable(err, target) from None
+        raise
+
+
+def _not_writable(err: OSError, target: Path) -> OSError:
+    """``err`` (read-only filesystem, no permission) as a message naming the folder and the fix (probe CK5)."""
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the nearest folder that exists is the one that refused
+    return type(err)(
+        err.errno,
+        f"cannot save {target}: the folder {folder} {_NOT_WRITABLE[err.errno]} ({err.strerror}); "
+        "save into a folder you can write to (or make this one writable). Nothing was written.",
+    )
 
 
 def atomic_torch_save(obj: Any, target: str | os.PathLike[str]) -> Path:
@@ -543,7 +588,7 @@ def atomic_torch_save(obj: Any, target: str | os.PathLike[str]) -> Path:
             (``EDQUOT``) or the process's file size limit (``EFBIG``) a message that names the file.
     """
     target = _as_path(target, "target")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(target.parent, target)
     fd, tmp = -1, None
     try:
         fd, tmp = _create_temp(target)
@@ -598,7 +643,8 @@ def save_checkpoint(
         extra: small plain values to keep (loss, best metric, config as a dict, ...): None, bool,
             int, float, str, tensors and lists/tuples/dicts of them.
         keep_last: in folder mode, delete older ``checkpoint_*.pt`` files so that the newest
-            ``keep_last`` remain (the file just written is never deleted). ``None`` keeps all.
+            ``keep_last`` remain (the file just written is never deleted), in the folder and in its
+            ``superseded/``. ``None`` keeps all.
         rank: the rank under which this process's RNG states are stored; by default
             ``torch.distributed.get_rank()``, or 0 without a process group.
         rng_states: ``{rank: rng_state_dict()}`` of several processes (gathered with
@@ -619,7 +665,9 @@ def save_checkpoint(
             wrong type.
         ValueError: a negative number, ``keep_last < 1``, ``keep_last`` with a file name, or a
             folder without ``step`` or ``epoch`` to name the file.
-        OSError: the file cannot be written; a full disk says so and names the file.
+        NewerCheckpointError: the save would replace, move aside or prune a checkpoint of a newer format.
+        OSError: the file cannot be written; a full disk says so and names the file, a read-only
+            folder names the folder.
     """
     target = _as_path(path, "path")
     _check_components(model, optimizer, scheduler, scaler)
@@ -650,9 +698,14 @@ def save_checkpoint(
         if number is None:
             raise ValueError(f"saving into the folder {target} needs step= or epoch= to name the file")
         target = target / checkpoint_name(int(number))
-        newer = [p for p in list_checkpoints(target.parent) if _number(p) > int(number)]
+        existing = list_checkpoints(target.parent)
+        newer = [p for p in existing if _number(p) > int(number)]
+        _refuse_to_touch_newer_format(existing, target, keep_last)
+        _warn_if_another_writer(target.parent, newer)
     elif keep_last is not None:
         raise ValueError(f"keep_last needs a folder to prune, but {target} is a file name")
+    elif target.is_file() and (version := _newer_format_version(target)) is not None:
+        raise _newer_error(target, version)  # a file name such as last.pt: not replaced either
 
     payload = {
         "format": CHECKPOINT_FORMAT,
@@ -671,19 +724,69 @@ def save_checkpoint(
     if folder_mode and newer:
         # before the new file appears: a crash in between leaves the older, consistent timeline
         aside = target.parent / SUPERSEDED_DIR
-        aside.mkdir(exist_ok=True)
-        for stale in newer:
-            os.replace(stale, aside / stale.name)
+        try:
+            aside.mkdir(exist_ok=True)
+            for stale in newer:
+                os.replace(stale, aside / stale.name)
+        except OSError as err:
+            if err.errno in _NOT_WRITABLE:
+                raise _not_writable(err, target) from None
+            raise
         _fsync_dir(target.parent)
     atomic_torch_save(payload, target)
 
     if folder_mode:
+        _LAST_SAVED[target.parent.resolve()] = _mtime_ns(target)
         if keep_last is not None:
             for old in list_checkpoints(target.parent)[:-keep_last]:
                 if old != target:
                     old.unlink(missing_ok=True)
+            # superseded/ is bounded the same way: writers that roll each other back would fill it (probe CK1)
+            for old in list_checkpoints(target.parent / SUPERSEDED_DIR)[:-keep_last]:
+                old.unlink(missing_ok=True)
         _remove_stale_temporaries(target.parent, _NAME_PATTERN)  # of every step, not only this one
     return target
+
+
+_LAST_SAVED: dict[Path, int] = {}
+"""For each folder this process saved into: the modification time (ns) of the file it saved last."""
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _refuse_to_touch_newer_format(existing: list[Path], target: Path, keep_last: int | None) -> None:
+    """Raise :class:`NewerCheckpointError` when this save would replace, move aside or prune a checkpoint of a
+    newer format (probe CK4): the file of the same number and every larger one are read (their pickle
+    only), and with ``keep_last`` every file it could delete."""
+    number = _number(target)
+    at_risk = [p for p in existing if _number(p) >= number]
+    if keep_last is not None:
+        at_risk += existing[: max(0, len(existing) + 1 - keep_last)]
+    for path in dict.fromkeys(at_risk):
+        version = _newer_format_version(path)
+        if version is not None:
+            raise _newer_error(path, version)
+
+
+def _warn_if_another_writer(folder: Path, newer: list[Path]) -> None:
+    """Warn when a rollback would move aside a checkpoint that another process wrote after this process's last
+    save into ``folder``: two writers in one folder (every DDP rank saving, without ``if rank == 0``) keep rolling
+    each other back (probe CK1)."""
+    last = _LAST_SAVED.get(folder.resolve())
+    if last is None or not newer:
+        return
+    if any(_mtime_ns(p) > last for p in newer):
+        warnings.warn(
+            f"save_checkpoint: another process is saving into {folder} too (a checkpoint with a larger number "
+            "appeared there after this process's last save, and is now moved to superseded/). Save from one "
+            "process only (in DDP: if rank == 0), or give each writer its own folder.",
+            stacklevel=3,
+        )
 
 
 # --------------------------------------------------------------------------- loading
@@ -767,19 +870,42 @@ def _read(path: Path, map_location: Any, verify: bool) -> dict[str, Any]:
             f"checkpoint {path} is not a torch-course checkpoint (was it written by save_checkpoint?)"
         )
     version = payload.get("version")
+    if _is_newer(version):
+        raise _newer_error(path, version)
     if version != FORMAT_VERSION:
-        newer = isinstance(version, int) and version > FORMAT_VERSION
         raise CheckpointError(
             f"checkpoint {path} has format version {version!r}; this code reads version {FORMAT_VERSION} only: "
-            + (
-                "it was written by a newer version of the course; update this copy of the course to load it "
-                "(the file is left as it is; do not save into its folder until then)"
-                if newer
-                else "it was written by an older version of the course; load its weights with torch.load(path, "
-                "weights_only=True)['model'] and save a new checkpoint (the file is left as it is)"
-            )
+            "it was written by an older version of the course; load its weights with torch.load(path, "
+            "weights_only=True)['model'] and save a new checkpoint (the file is left as it is)"
         )
     return payload
+
+
+def _is_newer(version: Any) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
+
+
+def _newer_error(path: Path, version: int) -> NewerCheckpointError:
+    return NewerCheckpointError(
+        f"checkpoint {path} has format version {version}; this code reads version {FORMAT_VERSION} only: it was "
+        "written by a newer version of the course, and is not damaged. Update this copy of the course "
+        "(git pull, then make venv) to load it. Until then the file is left as it is, and saves into "
+        f"{path.parent} that would replace, move or prune it are refused: save elsewhere meanwhile"
+    )
+
+
+def _newer_format_version(path: Path) -> int | None:
+    """The format version of ``path`` when it is a readable course checkpoint of a newer format, else None.
+
+    Only the pickle is read (``mmap``: the tensors stay on disk); a damaged or foreign file gives None.
+    """
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # damaged, foreign, deleted meanwhile: not a newer checkpoint as far as we can tell
+        return None
+    if isinstance(payload, dict) and payload.get("format") == CHECKPOINT_FORMAT and _is_newer(payload.get("version")):
+        return payload["version"]
+    return None
 
 
 def _check_map_location(map_location: Any) -> None:
@@ -837,6 +963,8 @@ def _read_newest_usable(
             payload = _read(remaining[0], map_location, verify)
         except FileNotFoundError:
             continue
+        except NewerCheckpointError:
+            raise  # not damage: loading an older one would let the next save replace or move it
         except CheckpointError as err:
             failed.append((remaining[0], err))
             continue
@@ -1014,7 +1142,8 @@ def load_checkpoint(
         rank: whose RNG states to restore; by default ``torch.distributed.get_rank()``, or 0
             without a process group.
         fallback: when the file is truncated or corrupt, load the newest older checkpoint of the
-            same folder that works; the damaged ones are listed in ``result.skipped``.
+            same folder that works; the damaged ones are listed in ``result.skipped``. A file of a
+            newer format is not damaged: it raises :class:`NewerCheckpointError` either way.
         verify: check the file's SHA-256 (the CRC-32 of each record for a file without one) before
             loading; this reads the file once more. A truncated file is detected either way.
 
@@ -1026,7 +1155,8 @@ def load_checkpoint(
         FileNotFoundError: ``path`` does not exist, or the folder holds no checkpoint.
         CheckpointError: (a ``ValueError``) the file, or with ``fallback=True`` every candidate, is
             truncated, corrupt or not a course checkpoint, or its random state for this rank is
-            malformed; the message names the file(s).
+            malformed; the message names the file(s). :class:`NewerCheckpointError` (a subclass): the
+            file was written by a newer version of the course.
         ValueError: ``map_location`` names a device this machine lacks; an optimizer/scheduler/scaler
             was passed but the file holds no state for it, or one of another class, or the
             optimizer's parameter groups differ; or ``restore_rng=True`` and the file holds no RNG

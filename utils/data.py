@@ -131,7 +131,8 @@ def prepare_mnist(source_dir: str | os.PathLike[str] | None = None, root: str | 
     Raises:
         TypeError: an argument is not a path.
         FileNotFoundError: ``MD5SUMS.raw`` or a ``.gz`` file is missing (the message names it).
-        DataFileError: a ``.gz`` file is truncated or corrupt, or decompresses to the wrong MD5.
+        DataFileError: a ``.gz`` file is truncated or corrupt, or decompresses to the wrong MD5, or
+            the cache holds a folder where a decompressed file belongs.
     """
     for name, value in (("source_dir", source_dir), ("root", root)):
         if value is not None and not isinstance(value, (str, os.PathLike)):
@@ -146,6 +147,13 @@ def prepare_mnist(source_dir: str | os.PathLike[str] | None = None, root: str | 
         target = raw_dir / name
         if target.is_file() and file_digest(target, "md5") == sums[name]:
             continue
+        if target.exists() and not target.is_file():  # a folder (or another non-file) in the cache (probe D12)
+            what = "a folder" if target.is_dir() else "not a regular file"
+            raise DataFileError(
+                f"{relpath(target)} is {what}: the cache {relpath(raw_dir)}/ holds the decompressed "
+                f"MNIST files only. Remove the cache (rm -r {relpath(raw_dir.parent)}) and run this again: it is "
+                f"rebuilt from {relpath(source)}/"
+            )
         _decompress_checked(gz_path, target, sums[name])
     return raw_dir
 

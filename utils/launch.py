@@ -39,8 +39,10 @@ What a launch leaves: nothing, also when its launcher dies. Each ``torchrun`` co
 * it exits when its launcher does (a kernel killed by SIGTERM or SIGKILL: JupyterLab sends both,
   to the kernel's process group only, when it restarts a kernel that does not answer; the agent
   runs in a session of its own): a thread in the agent watches its parent process and sends the
-  agent SIGTERM, and torchrun then stops its workers. Only an agent killed with SIGKILL itself
-  leaves its workers running; those are found later, by any process of the same user with the same
+  agent SIGTERM, and torchrun then stops its workers. An agent killed with SIGKILL itself cannot
+  stop its workers: its launcher, which waits for the agent, stops every process still marked with
+  the launch's id once the agent has exited. Only when launcher and agent die together are workers
+  left running; those are found later, by any process of the same user with the same
   temporary directory: every launch has a folder in
   ``<temp dir>/torch-course-launches-<uid>/<launch id>`` naming its launcher,
   :func:`leftover_processes` lists the processes of launches whose launcher has died, and the next
@@ -53,8 +55,10 @@ What a launch leaves: nothing, also when its launcher dies. Each ``torchrun`` co
   given (``TCPStore`` takes no address to listen on, only ``master_listen_fd``), so the agent hands
   each store a socket already listening on 127.0.0.1; ``--local-addr=127.0.0.1`` makes the workers
   connect there, and ``GLOO_SOCKET_IFNAME`` (the loopback interface) keeps gloo's sockets on it
-  too. Not covered: with ``max_restarts`` the workers' store is started by rank 0 itself (see
-  :func:`run_torchrun`), on every interface; NCCL chooses its own interface.
+  too. With ``max_restarts`` the workers' store is started by rank 0 itself (see :func:`run_torchrun`):
+  the workers import ``utils/launch_site/sitecustomize.py`` as they start (first on their
+  ``PYTHONPATH``), which gives that store the same loopback socket. Not covered: NCCL chooses its own
+  interface.
 
 Where: the agent's watch of its launcher works on Linux and macOS. Finding processes by their
 marker reads ``/proc``, so on macOS :func:`leftover_processes` returns ``[]`` and the workers of an
@@ -66,7 +70,6 @@ listen on every interface, as plain ``torchrun`` does. The commands shown (:func
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import json
 import os
@@ -85,6 +88,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.launch_site import sitecustomize as launch_site
 from utils.paths import REPO_ROOT
 
 MARKER_VAR = "TORCH_COURSE_LAUNCH_ID"
@@ -96,6 +100,8 @@ _LAUNCHER_VAR = "TORCH_COURSE_LAUNCHER_PID"
 """Set for each agent: the process it exits with."""
 _TORCHRUN = ("-m", "torch.distributed.run")
 _AGENT = ("-m", "utils.launch")
+_LAUNCH_SITE = Path(__file__).resolve().parent / "launch_site"
+"""Put first on the workers' PYTHONPATH: its ``sitecustomize`` makes their stores listen on loopback only."""
 
 DEFAULT_TIMEOUT_S = 120.0
 _RANK_LINE = re.compile(r"^\[rank (\d+)\] ?(.*)$")
@@ -627,6 +633,8 @@ def _run(
     finally:
         if any(p.poll() is None for p in procs):
             _kill_launch(procs, launch_id)
+        else:  # an agent killed by SIGKILL (the OOM killer, a user's kill -9) left its workers running
+            _kill_marked(launch_id)
     wall = time.monotonic() - start
     texts = []
     for out, err in outs:
@@ -731,7 +739,17 @@ def load_rank_results(out_dir: str | os.PathLike[str]) -> dict[int, dict]:
     files = sorted(out.glob("rank*.pt"), key=lambda p: int(p.stem[4:]))
     if not files:
         raise ValueError(f"no rank*.pt result files in {out}: did the workers run with --out {out}?")
-    return {int(p.stem[4:]): torch.load(p, weights_only=True) for p in files}
+    results = {}
+    for p in files:
+        try:
+            results[int(p.stem[4:])] = torch.load(p, weights_only=True)
+        except Exception as err:  # torch's UnpicklingError is long, coloured, and does not name the file
+            first = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
+            raise ValueError(
+                f"{p} cannot be loaded as a rank result ({type(err).__name__}: {first[0] if first else 'no message'}): "
+                "was it written by utils.ddp.common.save_result? Delete it and run the launch again"
+            ) from err
+    return results
 
 
 # --- the agent: torchrun as run_commands runs it ------------------------------------------------------------
@@ -764,23 +782,6 @@ def _single_machine(args) -> bool:
         return False
 
 
-def _loopback_listener(port: int) -> tuple[int, int]:
-    """A TCP socket listening on 127.0.0.1:``port`` (0: any free port): (its port, its file descriptor)."""
-    import torch.distributed as dist
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore does: TIME_WAIT does not block it
-    try:
-        sock.bind(("127.0.0.1", port))
-        sock.listen()
-    except OSError as err:
-        sock.close()
-        if err.errno == errno.EADDRINUSE:
-            raise dist.DistNetworkError(f"port {port} on 127.0.0.1 is already in use (EADDRINUSE)") from err
-        raise
-    return sock.getsockname()[1], sock.detach()
-
-
 def tcpstore_parameters() -> tuple[str, ...]:
     """The names of ``TCPStore``'s constructor parameters, in order, read from this torch's own signature.
 
@@ -789,20 +790,7 @@ def tcpstore_parameters() -> tuple[str, ...]:
     """
     import torch.distributed as dist
 
-    doc = (dist.TCPStore.__init__.__doc__ or "").split("\n", 1)[0]
-    names = tuple(re.findall(r", (\w+): ", doc))
-    if not {"port", "is_master", "master_listen_fd"} <= set(names):
-        raise RuntimeError(
-            f"torch {_torch_version()}: TCPStore's signature changed ({doc[:200]!r}); "
-            "utils.launch cannot make its stores listen on loopback only: update _listen_on_loopback_only"
-        )
-    return names
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
+    return launch_site.tcpstore_parameters(dist.TCPStore)
 
 
 def _listen_on_loopback_only() -> None:
@@ -811,24 +799,24 @@ def _listen_on_loopback_only() -> None:
     ``TCPStore(host, port, is_master=True)`` listens on every interface whatever ``host`` says; no public
     setting chooses the address, except giving it a socket that already listens (``master_listen_fd``).
     torchrun's agent creates its stores through the names patched here (``tests/test_launch.py`` fails
-    loudly if a torch release moves them or changes the constructor).
+    loudly if a torch release moves them or changes the constructor). The workers get the same class through
+    ``utils/launch_site/sitecustomize.py`` (their store, with ``max_restarts``).
     """
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
 
-    params = tcpstore_parameters()
-
-    class LoopbackTCPStore(dist.TCPStore):
-        def __init__(self, *args, **kwargs):
-            kwargs.update(zip(params, args))
-            if kwargs.get("is_master") and kwargs.get("master_listen_fd") is None:
-                kwargs["port"], kwargs["master_listen_fd"] = _loopback_listener(kwargs["port"])
-            super().__init__(**kwargs)
-
     for module in (dist, c10d_rendezvous_backend, static_tcp_rendezvous):
         if getattr(module, "TCPStore", None) is not dist.TCPStore:
             raise RuntimeError(f"{module.__name__} no longer uses torch.distributed.TCPStore: update utils.launch")
-    dist.TCPStore = c10d_rendezvous_backend.TCPStore = static_tcp_rendezvous.TCPStore = LoopbackTCPStore
+    store = launch_site.loopback_store_class(dist.TCPStore, dist.DistNetworkError)
+    dist.TCPStore = c10d_rendezvous_backend.TCPStore = static_tcp_rendezvous.TCPStore = store
+
+
+def _workers_listen_on_loopback_only() -> None:
+    """Make the stores that this agent's workers start listen on 127.0.0.1 too (see ``utils/launch_site/``)."""
+    os.environ[launch_site.ENV_VAR] = "1"
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = str(_LAUNCH_SITE) + (os.pathsep + path if path else "")
 
 
 def _loopback_interface() -> str | None:
@@ -850,6 +838,7 @@ def _agent_main(argv: list[str]) -> None:
     if _single_machine(torchrun.parse_args(argv)):
         if sys.platform == "linux":  # master_listen_fd: tested on Linux only (Windows sockets are no fds)
             _listen_on_loopback_only()
+            _workers_listen_on_loopback_only()
         extra.append("--local-addr=127.0.0.1")
         if (lo := _loopback_interface()) is not None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)  # the workers inherit it

@@ -100,14 +100,14 @@ def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 corpus file; a shipped file is first checked against ``data/SHA256SUMS``.
 
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file (for a shipped file, the message says how to restore it).
         DataFileError: a shipped file is damaged, a file is not UTF-8 or holds no line (each message
             names the file and says how to restore or fix it).
     """
     path = Path(path)
+    check_shipped(path)  # first: a missing shipped file gets the line that restores it (probe C1)
     if not path.is_file():
         raise FileNotFoundError(f"no corpus file at {path}")
-    check_shipped(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as err:
@@ -268,7 +268,13 @@ class Lang:
                 f"empty sentence {sentence!r}: nothing to encode "
                 "(normalize_string leaves nothing of a sentence without letters or . ! ?)"
             )
-        return sentence.split(" ")
+        words = sentence.split(" ")
+        if "" in words:  # "je  suis": the empty word between the spaces would be "not in the vocabulary"
+            raise ValueError(
+                f"sentence {sentence!r} has a space at its start or end, or two in a row: words are separated by one "
+                "space; give it through normalize_string first"
+            )
+        return words
 
     def add_sentence(self, sentence: str) -> None:
         for word in self._words(sentence):

@@ -29,6 +29,11 @@ from utils.paths import DATA_DIR, relpath
 MANIFEST: Path = DATA_DIR / "SHA256SUMS"
 """``sha256sum`` lines for every shipped data file, paths relative to ``data/``."""
 
+MANIFEST_SHA256 = "dc4deca222feabcb9b244e6b9ebe71f536987405814f55dcdfcf57710799976c"
+"""The SHA-256 of the course's ``data/SHA256SUMS`` itself: a changed digit or a lost line of the manifest is blamed
+on the manifest, not on the intact data file it describes (probes D15, D16). :func:`update_manifest` rewrites it."""
+_COURSE_MANIFEST: Path = DATA_DIR / "SHA256SUMS"
+
 RESTORE_HINT = (
     "restore the shipped copy with `git checkout -- {path}` (or copy it from a fresh clone of the course; "
     "data/README.md says where each file comes from)"
@@ -76,11 +81,29 @@ def read_sums(path: Path, algorithm: str, hint: str) -> dict[str, str]:
     return sums
 
 
+def _is_course_manifest(manifest: Path) -> bool:
+    try:
+        return manifest.resolve() == _COURSE_MANIFEST.resolve()
+    except OSError:
+        return False
+
+
 def read_manifest(manifest: Path | None = None) -> dict[str, str]:
-    """``{path relative to the manifest's folder: sha256}``; a damaged manifest raises :class:`DataFileError`."""
+    """``{path relative to the manifest's folder: sha256}``; a damaged manifest raises :class:`DataFileError`.
+
+    The course's own manifest is first compared with :data:`MANIFEST_SHA256`, so that a damaged line (a changed
+    digit, a lost line) is blamed on the manifest rather than on the data file it describes.
+    """
     manifest = manifest or MANIFEST
     if not manifest.is_file():
         raise DataFileError(f"{relpath(manifest)} is missing: {restore_hint(manifest)}")
+    if _is_course_manifest(manifest) and (actual := file_digest(manifest)) != MANIFEST_SHA256:
+        size = manifest.stat().st_size
+        raise DataFileError(
+            f"{relpath(manifest)} is damaged: its SHA-256 is {actual[:12]}…, utils/shipped.py says "
+            f"{MANIFEST_SHA256[:12]}… ({size:,} bytes); the data files were not checked against it. "
+            f"{restore_hint(manifest)[0].upper()}{restore_hint(manifest)[1:]}"
+        )
     return read_sums(manifest, "sha256", restore_hint(manifest))
 
 
@@ -125,7 +148,11 @@ def check_shipped(path: str | os.PathLike[str], manifest: Path | None = None) ->
 
 
 def update_manifest(paths: list[Path], manifest: Path | None = None) -> None:
-    """Write the current SHA-256 of ``paths`` into the manifest (for files the course regenerates)."""
+    """Write the current SHA-256 of ``paths`` into the manifest (for files the course regenerates).
+
+    A damaged manifest is refused (its other lines would be trusted); for the course's own manifest the new
+    digest of the manifest is written into :data:`MANIFEST_SHA256`, in this module's source.
+    """
     manifest = manifest or MANIFEST
     sums = read_manifest(manifest) if manifest.is_file() else {}
     for path in paths:
@@ -134,3 +161,18 @@ def update_manifest(paths: list[Path], manifest: Path | None = None) -> None:
             raise ValueError(f"{path} is outside {relpath(manifest.parent)}/: the manifest lists only shipped files")
         sums[key] = file_digest(path)
     manifest.write_text("".join(f"{digest}  {key}\n" for key, digest in sorted(sums.items())), encoding="ascii")
+    if _is_course_manifest(manifest):
+        _set_manifest_sha256(file_digest(manifest))
+
+
+def _set_manifest_sha256(digest: str) -> None:
+    """Write the new digest of the course's manifest into this file (:data:`MANIFEST_SHA256`) and this module."""
+    global MANIFEST_SHA256
+    source = Path(__file__)
+    text, count = re.subn(
+        r'^MANIFEST_SHA256 = "[0-9a-f]{64}"$', f'MANIFEST_SHA256 = "{digest}"', source.read_text(), flags=re.M
+    )
+    if count != 1:
+        raise RuntimeError(f'{source}: no line MANIFEST_SHA256 = "..." to update')
+    source.write_text(text)
+    MANIFEST_SHA256 = digest

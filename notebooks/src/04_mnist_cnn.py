@@ -1409,7 +1409,8 @@ def train_steps(model, batches, optimizer, scheduler):
     check_optimizer(model, optimizer)  # a guard (next cell)
     model.train()  # BatchNorm: batch statistics; Dropout: on
     loss_sum, correct, seen, step_losses = 0.0, 0, 0, []
-    for i, (xb, yb) in enumerate(batches):
+    for i, batch in enumerate(batches):
+        xb, yb = check_batch(batch, i, "batches")  # a guard (next cell)
         optimizer.zero_grad()  # 1. clear the old gradients
         logits = model(xb)  # 2. forward
         loss = loss_fn(logits, yb)  # 3. the mean loss over the batch
@@ -1422,6 +1423,7 @@ def train_steps(model, batches, optimizer, scheduler):
         loss_sum += value * len(yb)
         correct += (logits.argmax(dim=1) == yb).sum().item()
         seen += len(yb)
+    check_seen(seen, "batches")  # a guard
     return loss_sum / seen, correct / seen, step_losses
 
 
@@ -1430,13 +1432,15 @@ def evaluate(model, loader):
     """The mean loss and the accuracy over all the batches of `loader`."""
     model.eval()  # BatchNorm: running statistics; Dropout: off
     loss_sum, correct, seen = 0.0, 0, 0
-    for i, (xb, yb) in enumerate(loader):
+    for i, batch in enumerate(loader):
+        xb, yb = check_batch(batch, i, "loader")
         logits = model(xb)
         loss = loss_fn(logits, yb).item()
         check_finite(loss, xb, model, f"evaluation batch {i}")  # NaN logits still have an argmax
         loss_sum += loss * len(yb)
         correct += (logits.argmax(dim=1) == yb).sum().item()
         seen += len(yb)
+    check_seen(seen, "loader")
     return loss_sum / seen, correct / seen
 
 
@@ -1455,6 +1459,10 @@ assert loss_fn.label_smoothing == 0.1
 # * `check_optimizer` refuses an optimizer that holds parameters of another model. That is what you get by
 #   re-running the cell that builds the model but not the one that builds the optimizer: training then runs without
 #   an error while the new model's weights never change.
+#
+# Two smaller ones turn a confusing error into a plain one: `check_batch` refuses a batch that is not a pair
+# `(images, labels)` (a dataset that also returns, say, an index), and `check_seen` a loader that yielded nothing
+# (an empty dataset, or an iterator already used up), which would otherwise end in a division by zero.
 
 # %% tags=["shared"]
 import math
@@ -1470,6 +1478,23 @@ def check_optimizer(model, optimizer):
             "the optimizer holds parameters that are not this model's, so training would never change "
             "it: build the optimizer again from model.parameters(), and the scheduler from that optimizer"
         )
+
+
+def check_batch(batch, i, name):
+    """A batch as the pair `(inputs, labels)`; anything else is refused, naming the argument it came from."""
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        size = f" of {len(batch)} items" if isinstance(batch, (tuple, list)) else ""
+        raise ValueError(
+            f"batch {i} of {name} is a {type(batch).__name__}{size}; each batch must be a pair (inputs, labels): "
+            "give a DataLoader over a dataset whose items are (image, label)"
+        )
+    return batch
+
+
+def check_seen(seen, name):
+    """Refuse a loader that yielded no example: the mean loss and the accuracy of nothing are undefined."""
+    if seen == 0:
+        raise ValueError(f"{name} yielded no batch: is its dataset empty, or was the iterator already used up?")
 
 
 def check_finite(loss, xb, model, where):

@@ -913,6 +913,8 @@ def translate(
         raise TypeError(
             f"translate() takes a list of sentences, got one str: write translate(model, [{sentences!r}], ...)"
         )
+    if not isinstance(sentences, (list, tuple)):  # None, bytes (a sequence of ints), a generator...
+        raise TypeError(f"translate() takes a list of sentences (str), got {type(sentences).__name__}")
     was_training = model.training
     model.eval()  # dropout off: without it, translations are noisy and change from call to call
     try:
@@ -937,6 +939,8 @@ def translate(
 
 def evaluate(model: Seq2Seq, pairs: list[tuple[str, str]], src_lang: Lang, tgt_lang: Lang) -> Scores:
     """Corpus BLEU and exact match of the greedy translations of ``pairs`` (source, reference)."""
+    if not pairs:  # BLEU and the exact-match share of nothing are undefined
+        raise ValueError("evaluate() needs at least one pair (source, reference) in pairs, got none")
     hypotheses = [" ".join(words) for words, _ in translate(model, [a for a, _ in pairs], src_lang, tgt_lang, "unk")]
     references = [b for _, b in pairs]
     # force=True only silences sacrebleu's warning that the text looks tokenised already (it is: normalize_string
