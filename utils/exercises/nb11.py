@@ -357,12 +357,28 @@ def fuse(fn):
         )
         with torch.no_grad():
             out = fused(images)
+            # the convolution of the returned weight and bias alone, as nn.Conv2d computes it: no forward of the
+            # learner's, no hooks, no stored layer
+            folded = nn.Conv2d._conv_forward(fused, images, fused.weight, fused.bias)
         if out.shape != expected.shape:
             hint(
                 f"the fused convolution gives shape {tuple(out.shape)} instead of {tuple(expected.shape)}: copy "
                 "kernel_size, stride, padding, dilation and groups from the original"
             )
-        if torch.allclose(out, expected, atol=1e-5, rtol=1e-4):
+        if _close(out, expected) and not _close(folded, expected):
+            hint(
+                "your convolution gives bn(conv(x)), but its weight and bias alone do not: it still runs "
+                "BatchNorm after the convolution (a forward of its own, a forward hook, a stored BatchNorm). "
+                "Folding means changing the weight and bias so that one plain convolution does both layers' work "
+                "at inference, one pass over the data instead of two; a convolution that still calls BatchNorm "
+                "saves nothing"
+            )
+        if _close(folded, expected) and not _close(out, expected):
+            hint(
+                "the weight and bias are folded right, but calling your convolution gives something else: it runs "
+                "more than the convolution (a forward of its own, a forward hook); return a plain nn.Conv2d"
+            )
+        if _close(out, expected):
             continue
         _weight_hints(fused, conv, bn)
         hint("the fused convolution's output differs from bn(conv(x)) in eval mode")
