@@ -159,23 +159,31 @@ def _seed_all(seed):
     torch.manual_seed(seed)
 
 
-@contextlib.contextmanager
-def _keep_global_generators():
-    """Leave the learner's generators as they were before the check."""
-    saved = (
+def _global_states():
+    return (
         random.getstate(),
         np.random.get_state(),
         torch.get_rng_state(),
         torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     )
+
+
+def _set_global_states(saved):
+    random.setstate(saved[0])
+    np.random.set_state(saved[1])
+    torch.set_rng_state(saved[2])
+    if saved[3] is not None:
+        torch.cuda.set_rng_state_all(saved[3])
+
+
+@contextlib.contextmanager
+def _keep_global_generators():
+    """Leave the learner's generators as they were before the check."""
+    saved = _global_states()
     try:
         yield
     finally:
-        random.setstate(saved[0])
-        np.random.set_state(saved[1])
-        torch.set_rng_state(saved[2])
-        if saved[3] is not None:
-            torch.cuda.set_rng_state_all(saved[3])
+        _set_global_states(saved)
 
 
 HOW = {
@@ -185,6 +193,11 @@ HOW = {
     "torch (CUDA)": "torch.cuda.get_rng_state_all() / torch.cuda.set_rng_state_all() (the CPU state does not "
     "include the GPUs')",
 }
+
+
+CUDA_READ = ("get_rng_state_all", "cuda.get_rng_state", "cuda.random.get_rng_state", "default_generators")
+CUDA_WRITE = ("set_rng_state_all", "cuda.set_rng_state", "cuda.random.set_rng_state", "default_generators")
+"""The ways to read and set the CUDA generators' states (`torch.cuda.default_generators[i].get_state()` too)."""
 
 
 UNPICKLING = (pickle.loads, pickle.load, pickle.Unpickler.load, pickle._Unpickler.load, marshal.loads, eval, exec)
@@ -237,9 +250,20 @@ def snapshot_restore(rng_snapshot, rng_restore):
         _seed_all(12)
         start = _draws()  # right after seeding
         _draws()
+        here = _global_states()
+        undisturbed = _draws()  # what follows when no snapshot is taken
+        _set_global_states(here)
         with calls_to(*COURSE_RNG) as course:
             snapshot = returns(rng_snapshot)
         expected = _draws()
+        moved = [name for name in expected if expected[name] != undisturbed.get(name)]
+        if moved and not course:
+            hint(
+                f"taking the snapshot changed what {moved[0]} draws next: `rng_snapshot` reseeded the generators "
+                "or drew from them. A snapshot must only read where each stream is, so that a run that saves a "
+                "checkpoint draws the same numbers as one that does not; a seed only marks where a stream starts. "
+                f"Read each generator's state ({HOW[moved[0]]}) and leave the generator alone"
+            )
         with calls_to(*COURSE_RNG) as more:
             later = rng_snapshot()  # a second snapshot, further on
         after_later = _draws()
@@ -251,14 +275,14 @@ def snapshot_restore(rng_snapshot, rng_restore):
         except pickle.UnpicklingError as err:
             refused = str(err).split("GLOBAL ")[-1].split()[0] if "GLOBAL " in str(err) else "an object"
             advice = (
-                "NumPy's state holds a NumPy array: store it as a tensor or a list of ints (with plain Python "
-                "numbers), and convert back when restoring"
+                "NumPy's state holds a NumPy array, which the weights-only loader does not accept; section 1 says "
+                "how such a state is stored in a checkpoint"
                 if "numpy" in refused
                 else "store plain data: tensors, numbers, strings, lists, tuples and dicts"
             )
             hint(
                 f"`torch.load(weights_only=True)` refuses your snapshot: {refused} is not on its allow-list. {advice}",
-                S_WEIGHTS_ONLY,
+                S_SEED if "numpy" in refused else S_WEIGHTS_ONLY,
             )
         for attempt in range(2):  # restoring twice from one snapshot gives the same draws twice
             _seed_all(99 + attempt)
@@ -303,4 +327,18 @@ def snapshot_restore(rng_snapshot, rng_restore):
             _draws() == after_later,
             "restoring the second snapshot did not give the draws that followed it: `rng_restore` must put back "
             "the states held in the snapshot it is given",
+        )
+    # This machine may have no GPU, so the draws cannot show a missing CUDA state: read the functions instead.
+    for function, names, what in (
+        (rng_snapshot, CUDA_READ, "reads"),
+        (rng_restore, CUDA_WRITE, "puts back"),
+    ):
+        expect(
+            refers_to(function, *names) is not None,
+            f"`{function.__name__}` never {what} a GPU's state. The task asks for every GPU's state when CUDA is "
+            "available: torch's CPU state does not include the GPUs', so a run resumed on a GPU machine would draw "
+            "other Dropout masks and initialisations there. On a machine without CUDA the draws cannot show "
+            f"this, so the check reads your functions; use {HOW['torch (CUDA)'].split(' (')[0]}, when "
+            "`torch.cuda.is_available()`",
+            S_SEED,
         )
