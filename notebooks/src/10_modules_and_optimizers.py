@@ -1740,8 +1740,8 @@ ex.check(1, answer_1)
 # Section 1.9 wrote LayerNorm as a formula. Make it a layer: `MyLayerNorm(n, eps=1e-5)` normalises each vector
 # along the **last** dimension (size `n`) with the biased variance and `eps`, then multiplies by a learnable
 # `weight` (initially ones) and adds a learnable `bias` (initially zeros), both of shape `(n,)`, exactly as
-# `nn.LayerNorm(n, eps=eps)`. It must work for inputs of any number of dimensions, train (its parameters get
-# gradients) and follow `.to(torch.float64)` (section 1.1). Write the formula with tensor operations: the check
+# `nn.LayerNorm(n, eps=eps)`. It must work for inputs of any number of dimensions, train (its parameters and its
+# input get `nn.LayerNorm`'s gradients) and follow `.to(torch.float64)` (section 1.1). Write the formula with tensor operations: the check
 # refuses `F.layer_norm` and the other library normalisations, and a subclass of `nn.LayerNorm`.
 
 

@@ -274,7 +274,8 @@ def my_layer_norm(cls):
             f"{(out - expected).abs().max():.3g}: normalise each row over the last dimension only "
             "(dim=-1, keepdim=True), then apply weight and bias"
         )
-    module, x, _ = next(_layer_norm_cases(cls))
+    module, x, eps = next(_layer_norm_cases(cls))
+    x.requires_grad_(True)
     out = _forward(module, x)
     expect(
         out.requires_grad,
@@ -287,12 +288,28 @@ def my_layer_norm(cls):
         "after backward() weight and bias have no gradient: use them in forward as they are (no `.data`, "
         "no `.detach()`)",
     )
+    same = x.detach().clone().requires_grad_(True)
+    F.layer_norm(same, (x.shape[-1],), module.weight.detach(), module.bias.detach(), eps).square().sum().backward()
+    expect(
+        x.grad is not None,
+        "the input gets no gradient through your layer: a layer inside a network must pass the gradient on to "
+        "the layers below it; do not detach x or compute under `torch.no_grad()`",
+    )
+    if not torch.allclose(x.grad, same.grad, atol=1e-4, rtol=1e-3):
+        hint(
+            f"the output is right, but the gradient with respect to the input differs from nn.LayerNorm's by up to "
+            f"{(x.grad - same.grad).abs().max():.3g}: the mean and the variance depend on x too, and backward must "
+            "go through them. Computed under `torch.no_grad()` or from `x.detach()`, they count as constants, and "
+            "every layer below yours would be trained with wrong gradients"
+        )
     module = copy.deepcopy(module).to(torch.float64)
-    out = _forward(module, x.double())
+    out = _forward(module, x.detach().double())
     expect(
         out.dtype == torch.float64,
-        f"after `.to(torch.float64)` a float64 input should give float64, not "
-        f"{out.dtype}: keep every tensor of the module registered so that `.to()` converts it",
+        f"after `.to(torch.float64)` a float64 input gives {out.dtype}: your forward converts to another dtype "
+        "(`.float()`, `.to(torch.float32)`, or a tensor it creates with a fixed dtype). A layer computes in the "
+        "dtype of its input and parameters, so that `.to()` (float64 for a check, bfloat16 to save memory) "
+        "applies to the whole model",
         S_STATE,
     )
 
