@@ -1764,7 +1764,7 @@ ex.check(2, MyLayerNorm)
 #
 # Sections 2.3 and 2.4 wrote Adam and its decoupled weight decay as formulas. Write `adamw_step(params, state, lr,
 # betas, eps, weight_decay)`: one step of AdamW on every tensor of the list `params`, **in place**, from each one's
-# `.grad`, so that calling it after every backward moves the parameters exactly as
+# `.grad` (the check gives every tensor one), so that calling it after every backward moves the parameters exactly as
 # `torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)` would, step for step. `state`
 # is a dict, empty at the first call, that the caller passes back unchanged at every later call: keep in it what
 # the update needs from one step to the next (section 2.5 lists what `optimizer.state` holds). Use tensor

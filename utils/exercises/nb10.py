@@ -434,6 +434,23 @@ def _same(a, b):
     return a.shape == b.shape and torch.allclose(a.double(), b, rtol=1e-9, atol=1e-12)
 
 
+def _kept_in_state(state, theirs):
+    """Hint unless the learner's `state` holds AdamW's two moments of every parameter (the step count may be shared)."""
+    kept = _tensors_in(state)
+    for moments in theirs:
+        for key in ("exp_avg", "exp_avg_sq"):
+            want = moments[key]
+            if not any(t.shape == want.shape and torch.allclose(t.double(), want, rtol=1e-6, atol=0) for t in kept):
+                hint(
+                    "the parameters move as AdamW's, but `state` does not hold the two moments of each parameter "
+                    "(exp_avg and exp_avg_sq, section 2.5): they are kept elsewhere (attributes of the tensors, a "
+                    "global, a default argument). The caller owns `state`, as it owns `optimizer.state`: it saves it "
+                    "in a checkpoint (`optimizer.state_dict()`) to resume training, and a second optimizer passes a "
+                    "dict of its own; so what the update needs from step to step belongs in it",
+                    S_STATE_DICT,
+                )
+
+
 def _adam_call(fn, params, state, lr, betas, eps, wd):
     if betas is None:
         return fn(params, state, lr)
@@ -456,6 +473,7 @@ def adamw_by_hand(fn):
         real = (betas or (0.9, 0.999), eps or 1e-8, 0.01 if wd is None else wd)
         state = {}
         mine, theirs = [], []
+        storages = [p.data_ptr() for p in params]
         for step_grads in grads:
             for p, q, grad in zip(params, reference, step_grads):
                 p.grad, q.grad = grad.clone(), grad.clone()
@@ -473,6 +491,15 @@ def adamw_by_hand(fn):
             S_STATE_DICT,
         )
         if all(_same(a, b) for a, b in zip(mine[-1], theirs[-1])):
+            _kept_in_state(state, [optimizer.state[q] for q in reference])
+            if [p.data_ptr() for p in params] != storages:
+                hint(
+                    "the numbers are AdamW's, but your function gave the parameters new memory (`p.data = ...` or "
+                    "`p.set_(...)`) instead of updating them in place: a view of a parameter (a slice, `p.t()`, the "
+                    "flat buffer some wrappers keep parameters in) then keeps the old values, and every step "
+                    "allocates the parameters anew. Update each tensor in place under `torch.no_grad()`",
+                    S_ADAM,
+                )
             continue
         if any(t.dtype != torch.float64 for t in _tensors_in(state)):
             hint(
