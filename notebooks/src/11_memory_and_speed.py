@@ -1426,8 +1426,10 @@ ex.check(1, answer_1)
 #
 # Write `checkpointed(blocks, x)`: it runs `x` through every block of the `nn.ModuleList` `blocks`, in order,
 # and checkpoints **each block separately** with `torch.utils.checkpoint.checkpoint`, so that autograd keeps only
-# each block's input (section 1.1 counts them). The blocks contain Dropout and `x` is data that does not require
-# grad: the gradients must still equal those of the plain loop (section 1.3 says which argument makes that true).
+# each block's input (section 1.1 counts them). The blocks contain Dropout, and `x` is usually data that does not
+# require grad (the check also passes an `x` that does, as an activation from earlier layers would): the gradients,
+# of the parameters and of `x` when it requires grad, must still equal those of the plain loop (section 1.3 says
+# which argument makes that true).
 
 
 # %%

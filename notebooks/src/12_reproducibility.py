@@ -710,9 +710,9 @@ ex.check(3, rng_snapshot, rng_restore)
 #   `torch.manual_seed` (which also seeds every GPU). Generator objects (`np.random.default_rng`,
 #   `torch.Generator`) are not touched by that: create each from the run's seed. `PYTHONHASHSEED` works only in
 #   the environment that starts Python.
-# * A `DataLoader` shuffles with its `generator` and draws its workers' seeds from it; pass
-#   `generator=torch.Generator().manual_seed(seed)`, and a `worker_init_fn` such as `seed_worker` for other
-#   libraries in the workers.
+# * A `DataLoader` shuffles with its `generator` and draws its workers' seeds from it: give it a generator of its
+#   own, seeded from the run's seed (§1.3), and a `worker_init_fn` such as `seed_worker` for other libraries in the
+#   workers.
 # * `torch.use_deterministic_algorithms(True)` picks deterministic kernels (cuDNN's included) and raises where there
 #   are none; also set `cudnn.benchmark = False`. `CUBLAS_WORKSPACE_CONFIG`, which older releases demanded, is no
 #   longer needed in PyTorch 2.14.

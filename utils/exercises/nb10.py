@@ -59,8 +59,9 @@ def counts(answer):
         hint("1: `self.scale = nn.Parameter(...)` is a parameter of 4 numbers", S_STATE)
     expect(
         n_params == 52,
-        "1: add the numbers of every registered parameter: the two Linear(4, 4) of the "
-        "ModuleList (weight 4×4 plus bias 4 each), BatchNorm's weight and bias, and `scale`",
+        "1: count the numbers (`numel()`) of every tensor that `parameters()` yields: the parameters of each "
+        "registered submodule and the `nn.Parameter`s assigned to the module itself, nothing that a plain "
+        "attribute holds",
         S_STATE,
     )
     if n_buffers == 5:

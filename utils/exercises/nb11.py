@@ -24,15 +24,19 @@ S_FUSION = "5. Fusing Conv and BatchNorm for inference (Conv 层和 BN 层融合
 
 # Which snippets of exercise 1 raise in backward(), and why (verified on the PyTorch of course.toml).
 RAISES = {"A": True, "B": False, "C": True, "D": False, "E": True, "F": False}
-WHY = {
-    "A": "A raises: the derivative of exp is exp itself, so `exp` saves its output y, and `y.add_(1)` overwrites it",
-    "B": "B runs: sigmoid's backward uses its output, σ(1 − σ), not its input h, so overwriting h afterwards "
-    "harms nothing",
-    "C": "C raises: the derivative of h ** 2 is 2h, so `pow` saves its input h, and `h.mul_(2)` overwrites it",
-    "D": "D runs: ReLU's backward needs only its output (y > 0), as the notes explain, so overwriting its input "
-    "h is harmless",
-    "E": "E raises: ReLU saves its output y (its backward reads y > 0), and `y.mul_(2)` overwrites it",
-    "F": "F runs: the derivative of h + 1 is 1 whatever h is, so the addition saves nothing",
+WHY = {  # what to look at for a misjudged snippet, not the verdict
+    "A": "snippet A is misjudged: the derivative of exp is exp itself; which tensor does `exp` save for backward, "
+    "and is that the one `y.add_(1)` overwrites?",
+    "B": "snippet B is misjudged: sigmoid's derivative is σ(1 − σ); does its backward read the input h, which "
+    "`h.mul_(2)` overwrites, or its output?",
+    "C": "snippet C is misjudged: the derivative of h ** 2 is 2h; which tensor does `pow` save, and does "
+    "`h.mul_(2)` overwrite it?",
+    "D": "snippet D is misjudged: ReLU's backward reads y > 0; is its input h, which `h.mul_(2)` overwrites, "
+    "among what it saved?",
+    "E": "snippet E is misjudged: ReLU's backward reads y > 0; which tensor did it save, and which one does "
+    "`y.mul_(2)` overwrite?",
+    "F": "snippet F is misjudged: the derivative of h + 1 is 1 whatever h is; what does the addition need to "
+    "save at all?",
 }
 
 
@@ -49,9 +53,8 @@ def inplace_predict(answer):
     expect(not unknown, f"the snippets are A to F; {unknown} is not one of them")
     wrong = [letter for letter in sorted(RAISES) if (letter in chosen) != RAISES[letter]]
     if wrong:
-        more = f" ({len(wrong)} letters are misjudged in all)" if len(wrong) > 1 else ""
         hint(
-            f"{WHY[wrong[0]]}{more}. The rule: a tensor may be overwritten only if no backward formula saved it, "
+            f"{WHY[wrong[0]]} The rule: a tensor may be overwritten only if no backward formula saved it, "
             "and autograd's version counter catches the overwrite when backward() reads the saved tensor"
         )
 
@@ -173,14 +176,16 @@ def checkpointed(fn):
                 "use_reentrant=False"
             )
         if x_needs_grad and grads[-1] is None:
-            hint("x gets no gradient: do not detach the input, its gradient is part of the result")
+            hint(
+                "when x requires grad (an activation from earlier layers, not data), it gets no gradient through "
+                "your function: do not detach the input, its gradient is part of the result"
+            )
         if not all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads, expected_grads)):
             if not _same_grads_without_dropout(fn, blocks, x):
                 hint(
                     "the gradients differ from the plain run even with Dropout off: backward recomputes something "
                     "else than the forward ran. A `lambda t: block(t)` written in the loop looks `block` up when "
-                    "backward calls it, and by then it is the last block; pass the block itself, "
-                    "`checkpoint(block, x, use_reentrant=False)`"
+                    "backward calls it, and by then it is the last block; give `checkpoint` the block itself"
                 )
             hint(
                 "the gradients differ from the plain run: the recomputation drew new Dropout masks; keep "
@@ -188,8 +193,8 @@ def checkpointed(fn):
             )
         if saved["bytes"] >= plain_saved["bytes"]:
             hint(
-                "autograd saved as much as without checkpointing: wrap each block in `checkpoint(block, x, "
-                "use_reentrant=False)`",
+                "autograd saved as much as without checkpointing: no block's activations were dropped. Section 1.1 "
+                "shows what autograd keeps of a block run through `checkpoint`",
                 S_COUNTED,
             )
         if saved["bytes"] <= act:

@@ -59,7 +59,10 @@ def identical(answer):
         isinstance(answer, (list, tuple)) and len(answer) == 4,
         "give a list of four booleans, one per pair (a) to (d): True where the two results are identical",
     )
-    expect(all(isinstance(a, (bool, np.bool_)) for a in answer), "write each answer as True or False")
+    expect(
+        all(isinstance(a, (bool, np.bool_)) or (type(a) is int and a in (0, 1)) for a in answer),
+        "write each answer as True (a and b are identical) or False",
+    )
     wrong = [i for i, (a, b) in enumerate(zip(answer, IDENTICAL)) if bool(a) != b]
     if wrong:
         why, section = WHY[wrong[0]]
