@@ -1908,9 +1908,10 @@ ex.check(2, evaluate_classifier)
 # `DataLoader(dataset, batch_sampler=...)`. `labels` is a tensor with the label of every sample of the dataset, and
 # each batch it yields is a list of dataset indices with exactly `per_class` samples of *every* digit that occurs in
 # `labels`. Within an epoch no index comes twice; the epoch ends when the rarest digit has fewer than `per_class`
-# unused samples left (the leftovers are dropped). `len(sampler)` is the number of batches per epoch. The order is
-# random, a new one every epoch (section 3), drawn from `generator` (a `torch.Generator`), never from the global
-# random generators, so that a seeded run repeats it.
+# unused samples left (the leftovers are dropped). `len(sampler)` is the number of batches per epoch. The batches
+# are random and new every epoch (section 3): which samples share a batch changes, not only the order of the
+# batches. The randomness is drawn from `generator` (a `torch.Generator`), never from the global random
+# generators, so that a seeded run repeats it.
 #
 # The check runs your sampler in a `DataLoader` over the MNIST test set, then over a part of it that holds only
 # three digits, and looks at the labels of every batch. Section 4's lines `(train_set.targets == 0).nonzero()` and

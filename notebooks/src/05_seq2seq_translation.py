@@ -1681,8 +1681,9 @@ ex.check(2, dot_attention)
 # own loss. Write `masked_losses(logits, tgt)`: `logits` `[B, T, V]` is what `Seq2Seq.forward` returns and `tgt`
 # `[B, T]` the padded target batch. Return `(per_sentence, mean)`: `per_sentence` `[B]` is each sentence's mean
 # cross-entropy over its real words only, and `mean` the mean over all the real words of the batch, the loss
-# `train_step` minimises, as a 0-d tensor that `backward()` can be called on. No Python loop: one call of
-# `F.cross_entropy` with `reduction="none"` gives the loss of every position, and a mask does the rest.
+# `train_step` minimises, as a 0-d tensor that `backward()` can be called on. No Python loop, and one call of
+# `F.cross_entropy`: with `reduction="none"` it gives the loss of every position, and a mask does the rest, `mean`
+# included.
 #
 # The check runs the lesson's model (built by section 7's `build_model`) on real batches of the corpus, then
 # compares `per_sentence` with each sentence's loss computed alone, without padding, as section 8 does, and `mean`
@@ -1705,7 +1706,7 @@ ex.check(3, masked_losses)
 # as matched at most as often as it occurs in the reference. Write `clipped_counts(hyp, ref, n)` for a batch of
 # token ids: `hyp` `[B, T]` and `ref` `[B, R]`, int64, padded at the end with `PAD_token` (0) as in section 5.
 # Return `(matches, totals)`, two tensors of shape `[B]`: `totals[b]` is the number of n-grams in hypothesis `b`
-# (padding is not a word), and `matches[b]` is the sum, over the distinct n-grams $g$ of hypothesis `b`, of
+# (padding is not a word; a hypothesis with fewer than `n` words has none), and `matches[b]` is the sum, over the distinct n-grams $g$ of hypothesis `b`, of
 # min(count of $g$ in the hypothesis, count of $g$ in reference `b`). "the the the the" against "the cat is here"
 # gives 1 match out of 4 unigrams and 0 out of 3 bigrams. Summed over a corpus, these are the `counts` and `totals`
 # that sacrebleu printed in section 10. The check tries `n = 1` and `n = 2`.

@@ -113,7 +113,7 @@ def _number(value, what: str) -> float:
 @EXERCISES.exercise(2, "Evaluate a classifier (write a function)", LOOP)
 def evaluate_classifier(fn):
     cases = [  # (seed, samples, features, classes, batch size, which samples the model gets right)
-        (0, 10, 6, 3, 4, [True, True, True, False, True, True, False, True, False, False]),  # batches 4, 4, 2
+        (0, 10, 6, 3, 4, [True, True, True, False, True, True, False, True, True, False]),  # batches 4, 4, 2
         (1, 7, 5, 4, 3, [False, True, True, True, False, True, True]),  # batches 3, 3, 1
     ]
     for seed, n, n_in, n_classes, batch_size, right in cases:
@@ -128,9 +128,15 @@ def evaluate_classifier(fn):
         expected_acc = sum(right) / n
         batches = [(logits[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]
 
-        calls = []  # (training mode, grad mode, batch size) of every forward pass of the model
+        calls = []  # (modules in training mode, grad mode, batch size) of every forward pass of the model
         handle = model.register_forward_hook(
-            lambda m, i, o, calls=calls: calls.append((m.training, torch.is_grad_enabled(), len(i[0])))
+            lambda m, i, o, calls=calls: calls.append(
+                (
+                    (m.training, sorted({type(sub).__name__ for sub in m.modules() if sub.training and sub is not m})),
+                    torch.is_grad_enabled(),
+                    len(i[0]),
+                )
+            )
         )
         grad_mode = torch.is_grad_enabled()
         try:
@@ -160,11 +166,28 @@ def evaluate_classifier(fn):
                 "huge forward pass that may not fit in memory, the reason a loader hands out batches. Run the model "
                 "on each batch and add up the losses and the right predictions as you go"
             )
-        expect(isinstance(result, (tuple, list)) and len(result) == 2, "return a pair: (mean loss, accuracy)")
-        if any(training for training, _, _ in calls):
+        if calls and max(size for _, _, size in calls) < min(batch_size, n):
             hint(
-                "the model ran in training mode: BatchNorm normalised with each batch's statistics and Dropout "
-                "dropped values. Call `model.eval()` before evaluating"
+                f"the model never ran on a whole batch of the loader ({batch_size} samples): it ran on "
+                f"{max(size for _, _, size in calls)} at most. Evaluate batch by batch, as the loader hands them out: "
+                "one forward pass per batch is what makes evaluation fast, and the loader (not `loader.dataset`) "
+                "decides the batches"
+            )
+        expect(isinstance(result, (tuple, list)) and len(result) == 2, "return a pair: (mean loss, accuracy)")
+        training = sorted({name for (_, names), _, _ in calls for name in names})
+        top = any(flag for (flag, _), _, _ in calls)
+        if training or top:
+            training = [name for name in training if "Norm" in name or "Dropout" in name]  # layers the mode changes
+            effects = []
+            if any(name.startswith("BatchNorm") for name in training):
+                effects.append("BatchNorm normalised with each batch's own statistics")
+            if any(name.startswith("Dropout") for name in training):
+                effects.append("Dropout zeroed values at random")
+            hint(
+                (f"its {' and '.join(training)} ran in training mode" if training else "the model ran in training mode")
+                + (f" ({' and '.join(effects)})" if effects else "")
+                + ". Call `model.eval()` before evaluating: it switches every submodule to evaluation mode"
+                + ("" if top else "; setting `model.training` or a few layers' mode by hand does not")
             )
         if any(grad for _, grad, _ in calls):
             hint(
@@ -172,7 +195,7 @@ def evaluate_classifier(fn):
                 "function with `@torch.no_grad()`). `model.eval()` alone does not stop recording"
             )
         loss, acc = _number(result[0], "the loss"), _number(result[1], "the accuracy")
-        # Accuracy to 1e-6: `(pred == yb).float().mean().item()` is a float32 fraction (0.6000000238 for 6 of 10).
+        # Accuracy to 1e-6: `(pred == yb).float().mean().item()` is a float32 fraction (0.6999999881 for 7 of 10).
         if abs(loss - expected_loss) < 1e-5 and abs(acc - expected_acc) < 1e-6:
             continue
         if abs(acc - 100 * expected_acc) < 1e-4:
@@ -182,6 +205,12 @@ def evaluate_classifier(fn):
             hint(
                 "the loss is the mean of the batches' mean losses, but the last batch is smaller: weight each "
                 "batch's loss by its size (`loss.item() * len(yb)`) and divide by the number of samples"
+            )
+        batch_acc = sum((lg.argmax(1) == yb).float().mean().item() for lg, yb in batches) / len(batches)
+        if abs(loss - expected_loss) < 1e-5 and abs(acc - batch_acc) < 1e-6:
+            hint(
+                "the accuracy is the mean of the batches' accuracies, but the last batch is smaller: count the "
+                "right predictions over all batches, then divide by the number of samples"
             )
         padded = len(batches) * batch_size  # len(loader) * loader.batch_size counts the last batch as full
         if abs(loss - expected_loss * n / padded) < 1e-5 or (
@@ -213,19 +242,13 @@ def evaluate_classifier(fn):
             hint("the loss is the sum over all samples: divide by the number of samples")
         expect(
             abs(loss - expected_loss) < 1e-5,
-            f"the mean loss per sample should be {expected_loss:.4f}, not "
-            f"{loss:.4f}: `F.cross_entropy(logits, yb)` is the batch's mean",
+            f"the mean loss per sample is not {loss:.4f}: `F.cross_entropy(logits, yb)` is the batch's mean, and "
+            "the loss asked for is the mean over all the samples of all the batches",
         )
-        batch_acc = sum((lg.argmax(1) == yb).float().mean().item() for lg, yb in batches) / len(batches)
-        if abs(acc - batch_acc) < 1e-6 and abs(batch_acc - expected_acc) > 1e-6:
-            hint(
-                "the accuracy is the mean of the batches' accuracies, but the last batch is smaller: count the "
-                "right predictions over all batches, then divide by the number of samples"
-            )
         expect(
             abs(acc - expected_acc) < 1e-6,
-            f"the accuracy should be {expected_acc:.4f}, not {acc:.4f}: "
-            "count `(logits.argmax(dim=1) == yb).sum()` over all batches and divide by the number of samples",
+            f"the accuracy is not {acc:.4f}: it is the fraction of all the samples whose largest logit is at "
+            "the right class",
         )
 
 
@@ -277,8 +300,8 @@ def _epoch(loader: DataLoader, n: int, classes: list[int], per_class: int) -> li
             )
         hint(
             f"a batch holds {counts} images of each digit, not {per_class} of each: "
-            "`WeightedRandomSampler` and shuffling balance the digits only on average. Take `per_class` "
-            "indices from each digit's own shuffled list of indices for every batch"
+            "`WeightedRandomSampler` and shuffling balance the digits only on average. Every batch must hold "
+            "exactly `per_class` of every digit, by construction, not by chance"
         )
     flat = [i for _, indices in batches for i in indices.tolist()]
     expect(all(0 <= i < n for i in flat), f"an index is outside the data set (0 to {n - 1})")
@@ -335,13 +358,22 @@ def every_digit_batches(cls):
             hint(
                 "the sampler drew from a global random generator (`torch.randperm` or `random.shuffle` without "
                 "the `generator` it was given): the order then depends on everything else the program drew. Pass "
-                "`generator=self.generator` to every `torch.randperm`",
+                "the generator the sampler was given (`generator=...`) to every `torch.randperm`",
                 LOADER,
             )
         if first == second:
             hint(
-                "the second epoch repeats the first one's batches: shuffle in `__iter__`, which runs once per "
-                "epoch, not once in `__init__`",
+                "the second epoch repeats the first one's batches: draw the permutations in `__iter__`, which runs "
+                "once per epoch (not once in `__init__`), and let the generator go on from where the previous "
+                "epoch left it (re-seeding it there starts every epoch alike)",
+                LOADER,
+            )
+        if {frozenset(b) for b in first} == {frozenset(b) for b in second}:
+            hint(
+                "the second epoch puts the same samples together in a batch as the first, only in another "
+                "order: a new epoch must make new batches, or the model sees the same groups (and the same "
+                "batch statistics) every epoch. Shuffle each digit's indices anew in every `__iter__`, before "
+                "they are cut into batches",
                 LOADER,
             )
         if epochs(0)[0][0] != first or epochs(1)[0][0] == first:
@@ -391,13 +423,15 @@ def accumulation_step(fn):
             p.grad = s.clone()
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         steps, forwards = [0], []  # optimizer steps; (autograd runs so far, batch size) of each recording forward
+        seen = []  # the batch size of every forward pass, recording or not
 
         with autograd_runs() as runs:
 
             def count_step(opt, args, kwargs, steps=steps):
                 steps[0] += 1
 
-            def note_forward(module, inputs, forwards=forwards, runs=runs):
+            def note_forward(module, inputs, forwards=forwards, runs=runs, seen=seen):
+                seen.append(len(inputs[0]))
                 if torch.is_grad_enabled():
                     forwards.append((runs[0], len(inputs[0])))
 
@@ -491,6 +525,15 @@ def accumulation_step(fn):
                 "pass on each micro-batch",
                 ACCUMULATE,
             )
+        if max(seen) > largest:
+            hint(
+                f"the model ran on {max(seen)} samples in one forward pass without recording a graph, but the "
+                f"largest micro-batch has {largest}: you joined the micro-batches to compute the returned loss. "
+                "Without a graph that still holds a whole batch's activations at once, the memory accumulation "
+                "saves. Add up each micro-batch's share of the loss from the forward passes that made the "
+                "gradients",
+                ACCUMULATE,
+            )
         if any(a == b for (a, _), (b, _) in zip(forwards, forwards[1:])):
             hint(
                 "two forward passes ran before a backward pass: the first micro-batch's graph (all its "
@@ -519,8 +562,8 @@ def accumulation_step(fn):
                 "micro-batch's share as you go)"
             )
         hint(
-            f"the returned loss should be the mean loss per sample over all micro-batches, before the step "
-            f"({expected_loss:.4f}), not {loss:.4f}"
+            f"the returned loss is not {loss:.4f}: it should be the mean loss per sample over all the "
+            "micro-batches, before the step"
         )
 
 

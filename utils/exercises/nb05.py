@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from utils.exercises import Registry, expect, hint, returns, shape_answer
-from utils.exercises.rules import python_loops, refers_to
+from utils.exercises.rules import calls_to, functions_reached, python_loops, refers_to, torch_calls
 from utils.seq2seq import PAD_token
 
 EXERCISES = Registry("05")
@@ -22,7 +22,6 @@ PADDING = "5. Batches: padding and packing"
 NOTES_ATTENTION = "6. The classic attention decoder scores positions, not the words at them"
 CONTEXT = "7. One decoder, three ways to choose the context"
 TRAINING = "8. Training: masked loss, teacher forcing, clipping"
-SPEED = "15. Speed: one pair at a time against batches"
 BLEU = "10. Evaluation: BLEU and exact match"
 REDUCTIONS = "01 · 3. Dimensions and shapes"
 
@@ -48,9 +47,9 @@ def notes_attention_shapes(answer):
     expect(a == (4, 64), f"the input of self.attn should be [batch, 2 × hidden] = (4, 64), not {a}")
     if w == (4, 7):
         hint(
-            "that is the `???`: self.attn is `nn.Linear(2 * hidden_size, max_length)`, so it gives max_length = 13 "
-            "scores whatever the sentence's length, one per source *position*; the encoder outputs enter only "
-            "afterwards, in the `bmm`"
+            "that is the `???`: self.attn is a Linear layer, and its number of outputs was fixed when the layer "
+            "was built (look at its constructor in section 6), so it cannot depend on this batch's sentence "
+            "length; the encoder outputs enter only afterwards, in the `bmm`"
         )
     if w in ((4, 1, 13), (1, 4, 13)):
         hint(
@@ -69,6 +68,16 @@ def notes_attention_shapes(answer):
     if n in (64 * 7 + 7, 64 * 7):
         hint("the layer's size does not depend on the sentence: it has max_length = 13 outputs")
     expect(n == 64 * 13 + 13, f"{n} is not the parameter count of nn.Linear(64, 13): in × out + out")
+
+
+def _code_names(f) -> set[str]:
+    """The global names that ``f``'s code (and its nested functions') uses, to find a function that calls itself."""
+    names, stack = set(), [f.__code__]
+    while stack:
+        code = stack.pop()
+        names |= set(code.co_names)
+        stack += [c for c in code.co_consts if hasattr(c, "co_names")]
+    return names
 
 
 def _reference_attention(states, keys, mask, scale=1.0, mask_of=None, dim=-1):
@@ -91,7 +100,8 @@ def dot_attention(fn):
         mask = torch.arange(s) < torch.tensor(lengths).unsqueeze(1)  # [B, S], True at real words
         keys = keys * mask.unsqueeze(-1)  # zeros at padding, as pad_packed_sequence leaves them
         expected_w, expected_c = _reference_attention(states, keys, mask)
-        result = returns(fn, states.clone(), keys.clone(), mask.clone())
+        with calls_to(fn) as entered:
+            result = returns(fn, states.clone(), keys.clone(), mask.clone())
         expect(isinstance(result, tuple) and len(result) == 2, "return a pair: (weights, context)")
         if loops := python_loops(fn):
             hint(
@@ -99,7 +109,18 @@ def dot_attention(fn):
                 "of every sentence in one batched expression: `@` multiplies each sentence's [T, H] by its "
                 "[H, S] at once, and a loop over sentences or steps calls small operations one by one, the cost "
                 "section 15 measures",
-                SPEED,
+            )
+        recursive = [
+            f.__name__
+            for f in functions_reached(fn)
+            if f.__globals__.get(f.__name__) is f and f.__name__ in _code_names(f)
+        ]
+        if sum(entered.values()) > 1 or recursive:
+            hint(
+                f"`{(recursive or [fn.__name__])[0]}` calls itself: a recursion over parts of the batch is a Python "
+                "loop written another way, one small call per part. Section 7 computes attention for every "
+                "decoder step of every sentence in one batched expression: `@` multiplies each sentence's [T, H] "
+                "by its [H, S] at once",
             )
         weights, context = result
         expect(isinstance(weights, torch.Tensor) and isinstance(context, torch.Tensor), "return two tensors")
@@ -248,7 +269,8 @@ def masked_losses(fn):
         lengths = real.sum(1)
         expected_mean, expected_grad = _train_step_loss(lesson, batch, logits)
         leaf = logits.clone().requires_grad_()
-        result = _call_masked(fn, leaf, tgt.clone())
+        with torch_calls() as called:
+            result = _call_masked(fn, leaf, tgt.clone())
         expect(isinstance(result, tuple) and len(result) == 2, "return a pair: `(per_sentence, mean)`")
         per_sentence, mean = result
         if loops := python_loops(fn):
@@ -256,6 +278,13 @@ def masked_losses(fn):
                 f"{loops[0]}: the task asks for no Python loop. The losses of every position of every sentence come "
                 'from one call, `F.cross_entropy(..., reduction="none")`; the mask then picks the real words and '
                 "sums over dimension 1 reduce each sentence (01's reductions)",
+            )
+        if (losses := called["cross_entropy"] + called["nll_loss"]) > 1:
+            hint(
+                f"the loss function ran {losses} times: the task asks for one call of `F.cross_entropy`. Its "
+                "per-position losses already hold what `mean` needs, the real words' losses and their number; "
+                "a second call computes the log-softmax over the whole vocabulary at every position of the "
+                "batch again, the largest tensor of the step. Compute `mean` from the masked per-position losses"
             )
         expect(
             isinstance(per_sentence, torch.Tensor) and tuple(per_sentence.shape) == (b,),
@@ -310,8 +339,8 @@ def masked_losses(fn):
                     "Weight each sentence by its number of words"
                 )
             hint(
-                f"`mean` should be {expected_mean:.4f}, the loss `train_step` computes with `ignore_index`, not "
-                f"{m:.4f}: the sum of the real words' losses divided by their number"
+                f"`mean` is not {m:.4f}, the loss `train_step` computes with `ignore_index`: the sum of the real "
+                "words' losses divided by their number"
             )
         (grad,) = torch.autograd.grad(mean, leaf, allow_unused=True)
         expect(
@@ -391,6 +420,8 @@ def clipped_counts(fn):
     rows[4] = rows[0][::-1]  # the same pairs reversed: a pair code that forgets the order matches them
     # (4, 25) and (6, 5) are different bigrams that `10 * a + b` would both turn into 65
     cases.append((_padded(rows[:4] + [[4, 25, 7]], 8), _padded(rows[4:] + [[6, 5, 7]], 8)))
+    # an empty hypothesis (greedy decoding that stopped at once) and a one-word one: fewer words than n
+    cases.append((_padded([[], [5], [5, 6], [6, 5, 6]], 4), _padded([[5], [5, 6], [5], [5, 6]], 3)))
     for n in (1, 2):
         for hyp, ref in cases:
             b = hyp.shape[0]
@@ -418,8 +449,14 @@ def clipped_counts(fn):
                 )
             if n == 2 and totals == unigrams[1]:
                 hint("a sentence of L words has L - n + 1 n-grams, not L")
+            if min(totals) < 0:
+                hint(
+                    f"totals holds a negative count, {min(totals)}: a hypothesis with fewer than n words (an empty "
+                    "translation, say) has no n-gram at all, not a negative number of them"
+                )
             expect(
-                totals == want[1], f"totals should be the number of n-grams of each hypothesis, {want[1]}, not {totals}"
+                totals == want[1],
+                f"totals should be the number of n-grams of each hypothesis (padding is not a word), not {totals}",
             )
             if matches == _reference_counts(hyp, ref, n, clip=False)[0]:
                 hint(
@@ -433,6 +470,6 @@ def clipped_counts(fn):
                     "a + b)"
                 )
             hint(
-                f"for n = {n}, the clipped matches should be {want[0]}, not {matches}: count each distinct n-gram in "
-                "both sentences and add the smaller of the two counts"
+                f"for n = {n}, the clipped matches are not {matches}: count each distinct n-gram in both sentences "
+                "and add the smaller of the two counts"
             )
