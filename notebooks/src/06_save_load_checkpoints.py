@@ -1925,7 +1925,8 @@ ex.check(2, save_state, load_state)
 # * if a file exists at `ckpt_path`, resume from it first; train global steps from there up to `stop`
 #   (excluded), and return the step it started from (0 without a file);
 # * step `s` trains on one batch of `BATCH = 8` samples of `dataset` (a `TensorDataset` of `(x, y)` whose length is
-#   a multiple of 8): every epoch visits each sample once, in a new shuffled order each epoch, and a restarted job
+#   a multiple of 8): every epoch visits each sample once, in a new shuffled order each epoch (drawn at random,
+#   without reseeding torch's global generator, which the rest of a program draws from), and a restarted job
 #   must see exactly the batches the job that never died would have seen;
 # * each step: `loss = F.cross_entropy(model(x), y)`, `optimizer.zero_grad()`, `loss.backward()`,
 #   `optimizer.step()`;

@@ -148,6 +148,8 @@ class _Watched:
         self.saved_to: list[str] = []
         self.weights_only: list[object] = []
         self.renamed: list[tuple[str, str]] = []
+        self.removed: list[str] = []
+        self.reseeded = 0  # calls of torch.manual_seed / torch.seed: the global generator reseeded
 
 
 def _path_of(target) -> str | None:
@@ -160,7 +162,16 @@ def _path_of(target) -> str | None:
 def _watching_files():
     """Record torch.save, torch.load and os.replace/os.rename calls made inside the block; restore them after."""
     seen = _Watched()
-    originals = {"save": torch.save, "load": torch.load, "replace": os.replace, "rename": os.rename}
+    originals = {
+        "save": torch.save,
+        "load": torch.load,
+        "replace": os.replace,
+        "rename": os.rename,
+        "remove": os.remove,
+        "unlink": os.unlink,
+        "manual_seed": torch.manual_seed,
+        "seed": torch.seed,
+    }
 
     def save(obj, f, *args, **kwargs):
         seen.saved_to.append(_path_of(f))
@@ -178,12 +189,34 @@ def _watching_files():
         seen.renamed.append((_path_of(src), _path_of(dst)))
         return originals["rename"](src, dst, *args, **kwargs)
 
+    def remove(target, *args, **kwargs):
+        seen.removed.append(_path_of(target))
+        return originals["remove"](target, *args, **kwargs)
+
+    def unlink(target, *args, **kwargs):
+        seen.removed.append(_path_of(target))
+        return originals["unlink"](target, *args, **kwargs)
+
+    def manual_seed(*args, **kwargs):
+        seen.reseeded += 1
+        return originals["manual_seed"](*args, **kwargs)
+
+    def seed(*args, **kwargs):
+        seen.reseeded += 1
+        return originals["seed"](*args, **kwargs)
+
     torch.save, torch.load, os.replace, os.rename = save, load, replace, rename
+    os.remove, os.unlink = remove, unlink
+    torch.manual_seed = torch.random.manual_seed = manual_seed
+    torch.seed = torch.random.seed = seed
     try:
         yield seen
     finally:
         torch.save, torch.load = originals["save"], originals["load"]
         os.replace, os.rename = originals["replace"], originals["rename"]
+        os.remove, os.unlink = originals["remove"], originals["unlink"]
+        torch.manual_seed = torch.random.manual_seed = originals["manual_seed"]
+        torch.seed = torch.random.seed = originals["seed"]
 
 
 def _uses_the_checks(*fns) -> bool:
@@ -569,6 +602,14 @@ def _run(fn, x_all, dataset, path, stop, seed, rng_seed, files: list | None = No
             if files is not None:
                 files.append(watched)
             _unsafe_loading(watched)
+            if watched.reseeded:
+                hint(
+                    "your function reseeds torch's global random generator (`torch.manual_seed`): that overwrites "
+                    "the random state the rest of the program draws from (initialisation, dropout, other code), "
+                    "and every later draw repeats. Shuffle with a generator of your own, which leaves the global "
+                    "one alone",
+                    MISSES,
+                )
         except pickle.UnpicklingError:
             hint(
                 "`torch.load` (weights_only=True) refused an object in your checkpoint: store state_dicts and "
@@ -632,9 +673,8 @@ def resume_mid_epoch(fn):
             for order in epochs:
                 expect(
                     sorted(order) == list(range(n)),
-                    "each epoch should visit every sample exactly once: "
-                    "shuffle a permutation of the indices (`torch.randperm` or `DataLoader(shuffle=True)`), "
-                    "do not draw indices at random",
+                    "each epoch should visit every sample exactly once: its order must be a permutation of the "
+                    "indices, in which no index repeats or is left out",
                     "04 · 4. The data pipeline, part 3: samplers choose the indices",
                 )
             expect(
@@ -644,10 +684,25 @@ def resume_mid_epoch(fn):
             )
             expect(
                 epochs[0] != epochs[1],
-                "every epoch sees the samples in the same order: shuffle anew each "
-                "epoch, with a generator seeded from the epoch number",
+                "every epoch sees the samples in the same order: shuffle anew each epoch, and still so that a "
+                "restarted job can compute any epoch's order",
                 "04 · 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches",
             )
+            for e, order in enumerate(epochs):
+                steps = {(b - a) % n for a, b in zip(order, order[1:])}
+                rotated = e and any(order == epochs[e - 1][k:] + epochs[e - 1][:k] for k in range(n))
+                if len(steps) == 1 or rotated:
+                    hint(
+                        f"the order of epoch {e} is a fixed pattern, not a shuffle: "
+                        + (
+                            "each index a constant step after the previous one (a stride, a rotation or a flip)"
+                            if len(steps) == 1
+                            else "the previous epoch's order rotated"
+                        )
+                        + ". The model then meets the samples in a predictable order that repeats from epoch to "
+                        "epoch; a shuffle draws a random permutation every epoch",
+                        "04 · 4. The data pipeline, part 3: samplers choose the indices",
+                    )
 
             _, _, start, seen_crashed = _run(
                 fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0, files=files
@@ -655,7 +710,8 @@ def resume_mid_epoch(fn):
             expect(
                 seen_crashed == seen[:crash],
                 "two runs from the same seed saw different batches: the order "
-                "must be a function of the epoch only, e.g. `torch.Generator().manual_seed(epoch)`",
+                "must be a function of the epoch only, the same in every process",
+                MISSES,
             )
 
             # the state after `saved_at` steps, for comparison: a run that stops right there
@@ -678,6 +734,14 @@ def resume_mid_epoch(fn):
                 hint(
                     "the function did not resume: when a file exists at `ckpt_path`, load it first and continue "
                     "from the step stored in it"
+                )
+            if saved_at < start <= crash:
+                hint(
+                    f"the restarted job found a checkpoint of step {start}, saved after step {crash}: your function "
+                    "saves more often than every `save_every` steps. Each save costs time and disk writes (minutes "
+                    "for a large model), which is why `save_every` exists: here, save after global steps 4, 8 and 12 "
+                    "only",
+                    CHECKPOINT,
                 )
             expect(
                 start == saved_at,
@@ -738,7 +802,7 @@ def resume_mid_epoch(fn):
             expect(
                 resumed_seen == expected,
                 "the resumed run saw other batches than the run that never stopped: "
-                "derive each epoch's order from the epoch number alone (a generator seeded with it), not from "
+                "derive each epoch's order from the epoch number alone, not from "
                 "torch's global random state, which a new process does not share",
                 MISSES,
             )
@@ -763,6 +827,13 @@ def _saved_atomically(files: list[_Watched], folder: str) -> None:
             "`torch.save` wrote straight to `ckpt_path`: a job killed during the save leaves a torn file there, "
             "and the previous checkpoint is already overwritten, so the restart has nothing to resume from. "
             "Write to a temporary file first, then put it under the final name in one step",
+            ATOMIC,
+        )
+    if any(target in ckpts for seen in files for target in seen.removed):
+        hint(
+            "your function deletes `ckpt_path` before renaming the new file onto it: a job killed between the "
+            "two steps leaves no checkpoint at all. `os.replace(tmp, ckpt_path)` swaps the file in one step, "
+            "overwriting the old one (`os.rename` refuses an existing target on Windows)",
             ATOMIC,
         )
     renames = [(src, dst) for seen in files for src, dst in seen.renamed if dst in ckpts]
