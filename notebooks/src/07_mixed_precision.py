@@ -1423,7 +1423,9 @@ ex.check(2, amp_step)
 # * leave the model as you found it: no hook left behind (remove them in a `finally`), parameters unchanged.
 #
 # The check tries a model that overflows in float16 only, one that does not overflow, one with a `Sequential` inside
-# a `Sequential`, and one whose overflow is hidden by a later ReLU (−inf becomes 0).
+# a `Sequential`, one whose overflow is hidden by a later ReLU (−inf becomes 0), and one whose `forward` runs its
+# modules in another order than they were registered. It watches every point above: the hooks, one run of the model
+# (and of each module), autocast, gradients, the `finally`.
 
 
 # %%

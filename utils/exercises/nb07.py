@@ -3,6 +3,7 @@ Used by notebook 07, whose ``Checker("07")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import ast
 from collections import OrderedDict
 
 import torch
@@ -11,7 +12,14 @@ from torch import nn
 from torch.nn.modules import module as module_mod
 
 from utils.exercises import Registry, expect, hint, returns
-from utils.exercises.rules import counting_calls, functions_reached, global_values, names_used, refers_to, torch_calls
+from utils.exercises.rules import (
+    functions_reached,
+    global_values,
+    names_used,
+    refers_to,
+    syntax,
+    torch_calls,
+)
 
 EXERCISES = Registry("07")
 
@@ -474,21 +482,87 @@ def _hidden() -> nn.Module:
     return model
 
 
+class _Watch:
+    """What happened when the learner's function ran a model: runs of the model and of each module, the modes the
+    model ran in, whether forward hooks were in place, whether a copy ran."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.modules = {id(m) for m in model.modules()}
+        self.runs: dict[int, int] = {}
+        self.copy_ran = False
+        self.autocast: list[tuple[bool, torch.dtype]] = []
+        self.grad: list[bool] = []
+        self.hooked: list[bool] = []
+
+    def pre_hook(self, module, args):
+        if id(module) not in self.modules:
+            self.copy_ran = True  # a deepcopy carries this hook along
+            return
+        self.runs[id(module)] = self.runs.get(id(module), 0) + 1
+        if module is self.model:
+            self.autocast.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+            self.grad.append(torch.is_grad_enabled())
+            self.hooked.append(
+                bool(module_mod._global_forward_hooks) or any(len(m._forward_hooks) for m in self.model.modules())
+            )
+
+
+def _finally_in(fn) -> bool:
+    """Whether the answer (or a helper it calls) has a `finally` block or a `with` statement (an ExitStack, say)."""
+    for f in functions_reached(fn):
+        tree = syntax(f)
+        for node in ast.walk(tree) if tree is not None else ():
+            if (isinstance(node, ast.Try) and node.finalbody) or isinstance(node, ast.With):
+                if isinstance(node, ast.Try) or any("ExitStack" in ast.unparse(item) for item in node.items):
+                    return True
+    return False
+
+
 def _ask(fn, model, x):
     dtypes = {name: p.dtype for name, p in model.named_parameters()}
-    with counting_calls(model, "forward") as runs:
+    watch = _Watch(model)
+
+    def pre_hook(module, args):  # a function, not a bound method: a deepcopy of the model shares it
+        watch.pre_hook(module, args)
+
+    handles = [m.register_forward_pre_hook(pre_hook) for m in model.modules()]
+    try:
         name = fn(model, x)  # None is a valid answer here, so no `returns`
-    if runs[0] == 0:
+    finally:
+        for handle in handles:
+            handle.remove()
+    runs = watch.runs.get(id(model), 0)
+    if watch.copy_ran and runs == 0:
+        hint(
+            "your function ran a copy of the model: hook and run the model you were given (a copy of a large "
+            "model doubles its memory, and the names to report are those of the model itself)",
+            HOOKS,
+        )
+    if runs == 0:
         hint(
             "the model itself never ran: call `model(x)` once, and let forward hooks report each module's output. "
             "Calling the modules one after another yourself works only for a `Sequential`; a model with its own "
             "`forward` (a residual block, say) runs its modules in an order only its `forward` knows",
             HOOKS,
         )
-    if runs[0] > 1:
+    if runs > 1:
         hint(
-            f"the model ran {runs[0]} times: run it once, with a hook on every module, and note the first "
+            f"the model ran {runs} times: run it once, with a hook on every module, and note the first "
             "non-finite output as the hooks fire (a large model may take minutes per forward pass)",
+            HOOKS,
+        )
+    if any(count > 1 for count in watch.runs.values()):
+        hint(
+            "besides `model(x)`, your function ran some of its modules itself, one after another: only the "
+            "model's own `forward` knows in which order its modules run (a residual block adds its input back), "
+            "so watch that one run with forward hooks instead",
+            HOOKS,
+        )
+    if not watch.hooked[0]:
+        hint(
+            "no forward hook was registered when the model ran: register one on every module of "
+            "`model.named_modules()` before `model(x)`, and let each report its module's output",
             HOOKS,
         )
     if _hooks_left(model):
@@ -503,10 +577,46 @@ def _ask(fn, model, x):
             "leaves the parameters float32 and casts only inside the region",
             AUTOCAST,
         )
+    enabled, low = watch.autocast[0]
+    if name is not None and (not enabled or low != torch.float16):  # found without seeing float16 overflow
+        region = f"a {_name(low)} autocast region" if enabled else "float32, outside autocast"
+        hint(
+            f"the model ran in {region}: the exercise watches what float16 autocast does to these layers, so run "
+            "`model(x)` inside `torch.amp.autocast(x.device.type, dtype=torch.float16)` (comparing float32 "
+            "outputs with 65504 guesses at the overflow instead of seeing it)",
+            AUTOCAST,
+        )
+    if watch.grad[0]:
+        hint(
+            "the model ran with gradients on: a forward pass only to inspect outputs needs no graph, and the graph "
+            "keeps every activation in memory; run it under `torch.no_grad()`",
+            "03 · 6. `requires_grad` propagation, `detach`, `no_grad` and `inference_mode`",
+        )
+    if not _finally_in(fn):
+        hint(
+            "your function removes its hooks only if nothing goes wrong: when the forward pass raises, the hooks "
+            "stay on the model and fire in every later run. Remove them in a `finally` block",
+            HOOKS,
+        )
     if isinstance(name, nn.Module):
         hint('return the module\'s name as `named_modules()` gives it (a string such as "2"), not the module')
     expect(name is None or isinstance(name, str), f"return a module name (str) or None, not {type(name).__name__}")
     return name
+
+
+class _Swapped(nn.Module):
+    """Registers `late` before `early` but runs `early` first: named_modules() order is not the hooks' order."""
+
+    def __init__(self):
+        super().__init__()
+        self.late = nn.Linear(8, 2)
+        self.early = nn.Linear(4, 8)
+        with torch.no_grad():
+            self.early.weight.fill_(10000.0)  # 4 * 2.0 * 10000 = 80000: inf in float16
+            self.early.bias.zero_()
+
+    def forward(self, x):
+        return self.late(self.early(x))
 
 
 @EXERCISES.exercise(3, "Find the layer that overflows (stretch)", WHY)
@@ -560,3 +670,12 @@ def first_overflow_check(fn):
             "`torch.isfinite`, not only the model's"
         )
     expect(found == "0", f'the first non-finite output is that of "0", not {found!r}')
+
+    found = _ask(fn, _Swapped(), x)
+    if found == "late":
+        hint(
+            'you returned "late", the first non-finite module in the order of `named_modules()`, but this model\'s '
+            '`forward` runs "early" first: return the first, in the order the hooks fire, whose output is not finite',
+            HOOKS,
+        )
+    expect(found == "early", f'the first non-finite output is that of "early", not {found!r}')
