@@ -4,6 +4,7 @@ the checks, and with them the answers, stay out of the learner's notebook; ``mak
 """
 
 import ast
+import contextlib
 from collections import OrderedDict
 
 import torch
@@ -280,9 +281,9 @@ MISTAKES = [
     ),
     (
         _no_clip,
-        "the gradients' norm was not clipped: call `torch.nn.utils.clip_grad_norm_(model.parameters(), "
-        "max_norm)` between `scaler.unscale_(optimizer)` and `scaler.step(optimizer)` (`clip_grad_value_` "
-        "clips each element to ±max_norm instead, and here changes nothing)",
+        "the gradients' norm was not clipped: the norm of all the gradients together must be clipped to "
+        "`max_norm`, once they are unscaled and before the step (`clip_grad_value_` clips each element to "
+        "±max_norm instead, and here changes nothing)",
         RECIPES,
     ),
     (
@@ -314,6 +315,42 @@ MISTAKES = [
 ]
 
 
+@contextlib.contextmanager
+def _watching_scaler(scaler: torch.amp.GradScaler):
+    """Whether the learner called ``scaler.unscale_`` itself (``scaler.step`` calls it too when nobody did), and
+    which of backward/step ran inside an autocast region."""
+    seen: dict = {"unscaled": 0, "in_step": False, "in_autocast": []}
+    unscale, step = scaler.unscale_, scaler.step
+    run_backward = torch.autograd._engine_run_backward
+
+    def watched_unscale(optimizer):
+        if not seen["in_step"]:
+            seen["unscaled"] += 1
+        return unscale(optimizer)
+
+    def watched_step(optimizer, *args, **kwargs):
+        if torch.is_autocast_enabled("cpu") and "`scaler.step`" not in seen["in_autocast"]:
+            seen["in_autocast"].append("`scaler.step`")
+        seen["in_step"] = True
+        try:
+            return step(optimizer, *args, **kwargs)
+        finally:
+            seen["in_step"] = False
+
+    def watched_backward(*args, **kwargs):
+        if torch.is_autocast_enabled("cpu") and "`backward`" not in seen["in_autocast"]:
+            seen["in_autocast"].insert(0, "`backward`")
+        return run_backward(*args, **kwargs)
+
+    scaler.unscale_, scaler.step = watched_unscale, watched_step
+    torch.autograd._engine_run_backward = watched_backward
+    try:
+        yield seen
+    finally:
+        del scaler.unscale_, scaler.step
+        torch.autograd._engine_run_backward = run_backward
+
+
 def _params(model) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
@@ -341,12 +378,13 @@ def amp_step_check(fn):
             expected_model, expected_opt, expected_scaler = _copy(*before)
             expected_loss = _right(expected_model, expected_opt, expected_scaler, x, y)
             try:
-                loss = returns(fn, model, opt, scaler, x, y, MAX_NORM)
+                with _watching_scaler(scaler) as watched:
+                    loss = returns(fn, model, opt, scaler, x, y, MAX_NORM)
             except AssertionError as err:  # GradScaler's own checks are asserts
                 if "_scale is None" in str(err):
                     hint(
-                        "`unscale_` found no scale: the backward pass must start from the scaled loss, "
-                        "`scaler.scale(loss).backward()`"
+                        "the scaler had no scale yet: it gets one at its first `scaler.scale(loss)`, and the backward "
+                        "pass must start from that scaled loss"
                     )
                 if "No inf checks were recorded" in str(err) and all(p.grad is None for p in model.parameters()):
                     hint(
@@ -368,10 +406,17 @@ def amp_step_check(fn):
                     )
                 raise
             if scaler._scale is None:  # internal: set by the first `scale()`
+                own = refers_to(fn, "GradScaler")
                 hint(
                     "the `GradScaler` you were given was never used: scale, unscale, step and update with the "
-                    "`scaler` argument. A scaler made inside the function starts afresh every step, so it forgets "
-                    "its scale, which must halve after an overflow and grow again after clean steps"
+                    "`scaler` argument, "
+                    + (
+                        "not one made inside the function, which starts afresh every step and forgets its scale"
+                        if own
+                        else "which keeps its scale from step to step"
+                    )
+                    + ": the scale must halve after an overflow and grow again after clean steps",
+                    SCALER,
                 )
             if scaler._per_optimizer_states[id(opt)]["stage"].name != "READY":  # internal, as in section 3
                 hint(
@@ -418,6 +463,21 @@ def amp_step_check(fn):
                     "`scaler.update()` after `scaler.step(optimizer)`",
                 )
             if _close(after, _params(expected_model)):
+                if watched["in_autocast"]:
+                    hint(
+                        f"your function called {' and '.join(watched['in_autocast'])} inside the autocast region: "
+                        "autocast is for the forward pass and the loss only: the backward pass runs each operation in "
+                        "the type its forward used anyway, and PyTorch advises against running it, or the "
+                        "optimizer's arithmetic, under autocast. Close the `with` block after the loss",
+                        AUTOCAST,
+                    )
+                if not watched["unscaled"]:
+                    hint(
+                        "your function never called `scaler.unscale_(optimizer)`: it clipped the scaled gradients "
+                        "(with a threshold times the scale?). The task asks for unscale_ then clip, which keeps the "
+                        "gradients, their norm and any tool that reads them in true units, whatever the scale",
+                        RECIPES,
+                    )
                 continue
             for mistake, message, section in MISTAKES:
                 m, o, s = _copy(*before)
