@@ -142,48 +142,64 @@ def predict_dtypes(fn):
             "of measuring it. A measurement shows one device and one case; the lists tell you what every device "
             "does, including a GPU you do not have"
         )
+    # A hint names the rule an answer broke and how many answers broke it, never one case with its dtype: with two
+    # or three possible dtypes per case, a hint per case would let a learner pass by trying answers in turn.
+    said_all = [_as_dtype(answer, "your answer") for answer in answers]
+    same = (
+        "`low`"
+        if all(a == q[2] for a, q in zip(said_all, questions))
+        else "`input_dtype`"
+        if all(a == q[3] for a, q in zip(said_all, questions))
+        else _name(said_all[0])
+        if len(set(said_all)) == 1
+        else None
+    )
+    if same:
+        hint(
+            f"your function returns {same} for every question: autocast treats the operations "
+            "of each list differently, and those on no list differently again; sort the operations into section "
+            "2's lists first"
+        )
+    wrong: dict[str, int] = {}
     for (op, device, low, input_dtype), answer in zip(questions, answers):
         said = _as_dtype(answer, f"{op} on {device}")
-        right = _expected(op, device, low, input_dtype)
-        if device == "cpu":
-            right = _run_on_cpu(op, low, input_dtype)
+        right = _run_on_cpu(op, low, input_dtype) if device == "cpu" else _expected(op, device, low, input_dtype)
         if said == right:
             continue
-        where = "the CPU" if device == "cpu" else "CUDA"
-        case = f"`{op}` on {where}, in a {_name(low)} region, on {_name(input_dtype)} input"
         if said in (torch.float16, torch.bfloat16) and said != low:
-            hint(
-                f"{case}: you returned {_name(said)}, a 16-bit type other than the region's: the low-precision "
-                "type is the `dtype=` of the autocast region, the argument `low`"
-            )
-        if op in LOWER_LIST:
-            hint(
-                f"{case}: matrix products and convolutions are on the lower-precision list on every device, so "
-                "autocast casts their inputs to the low-precision type"
-            )
-        if op in FLOAT32_LIST:
-            hint(f"{case}: most losses are on the float32 list on every device, so a 16-bit input is cast to float32")
-        if op == "add_float32":
-            hint(
-                f"{case}: `t + w` with a float32 `w` mixes two types, and mixed inputs run in the widest one (type "
-                "promotion), whatever `t` is"
-            )
-        if op in CUDA_FLOAT32_ONLY and device == "cuda":
-            hint(
-                f"{case}: CUDA's float32 list, longer than the CPU's, holds `{op}`, so a 16-bit input is cast to "
-                "float32"
-            )
-        if op in CUDA_FLOAT32_ONLY:
-            hint(
-                f"{case}: `{op}` is on no autocast list of the CPU (only CUDA's float32 list holds it), so it runs "
-                "in the type of its input"
-            )
-        if op == "relu" or said == low:
-            hint(
-                f"{case}: `{op}` is on no autocast list, so it runs in the type of its input (autocast casts "
-                "inputs only for the operations on its lists)"
-            )
-        hint(f"{case}: not {_name(said)}")
+            rule = "other16"
+        elif op in LOWER_LIST:
+            rule = "lower"
+        elif op in FLOAT32_LIST:
+            rule = "losses"
+        elif op == "add_float32":
+            rule = "promotion"
+        elif op in CUDA_FLOAT32_ONLY:
+            rule = f"cuda_only_{device}"
+        else:
+            rule = "no_list"
+        wrong[rule] = wrong.get(rule, 0) + 1
+    rules = {
+        "other16": "a 16-bit type other than the region's: the low-precision type of a region is its `dtype=`, the "
+        "argument `low`",
+        "lower": "matrix products and convolutions: find them on section 2's lists (the same on every device); what "
+        "does their list do to their inputs, 16-bit or float32?",
+        "losses": "the two losses: which list holds them, on which devices, and what does that list do to a 16-bit "
+        "input?",
+        "promotion": "`add_float32`, `t + w` with a float32 `w`: addition is on no list, but its two inputs have "
+        "different types; what does type promotion give?",
+        "cuda_only_cuda": "operations on CUDA that the CPU's lists leave alone: CUDA's float32 list is longer than "
+        "the CPU's; which of the operations does it hold?",
+        "cuda_only_cpu": "operations on the CPU that only CUDA's float32 list holds: the CPU's lists are shorter; what "
+        "does autocast do with an operation on none of them?",
+        "no_list": "operations on no autocast list: autocast casts inputs only for the operations on its lists; what "
+        "does an operation on none of them run in?",
+    }
+    for rule, message in rules.items():
+        if rule in wrong:
+            count = wrong[rule]
+            verb = "answer is" if count == 1 else "answers are"
+            hint(f"{count} {verb} wrong (of {len(questions)}), about {message}")
 
 
 # ---------------------------------------------------------------------------------------------- exercise 2
