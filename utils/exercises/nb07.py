@@ -126,6 +126,14 @@ def predict_dtypes(fn):
         )
     if _uses_the_checks(fn):
         hint("your function uses the checks' own code: write the rules yourself")
+    for f in functions_reached(fn):
+        for value in global_values(f).values():
+            if isinstance(value, dict) and len(value) >= 30 and all(isinstance(v, torch.dtype) for v in value.values()):
+                hint(
+                    f"your function looks its answers up in a table of {len(value)} dtypes, one per case: a "
+                    "table filled by running the operations measures one device instead of predicting every one, "
+                    "and a table typed out by hand skips the rules. Write the rules: a few sets of names and `if`s"
+                )
     questions = [
         (op, device, low, input_dtype)
         for device in ("cpu", "cuda")
