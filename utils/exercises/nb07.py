@@ -188,8 +188,8 @@ def predict_dtypes(fn):
             rule = "no_list"
         wrong[rule] = wrong.get(rule, 0) + 1
     rules = {
-        "other16": "a 16-bit type other than the region's: the low-precision type of a region is its `dtype=`, the "
-        "argument `low`",
+        "other16": "the region's type: you returned a 16-bit type other than the region's, but the low-precision "
+        "type of a region is its `dtype=`, the argument `low`",
         "lower": "matrix products and convolutions: find them on section 2's lists (the same on every device); what "
         "does their list do to their inputs, 16-bit or float32?",
         "losses": "the two losses: which list holds them, on which devices, and what does that list do to a 16-bit "
