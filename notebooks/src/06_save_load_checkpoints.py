@@ -1886,16 +1886,19 @@ ex.check(1, answer_1)
 # ### Exercise 2 · A checkpoint that resumes bit for bit
 #
 # The minimal checkpoint of section 5 saves the epoch, the model's and the optimizer's `state_dict` and the last
-# loss; section 5.1 showed what it misses. Write the pair yourself, with `torch.save` and `torch.load` (default `weights_only=True`):
+# loss; section 5.1 showed what it misses. Write the pair yourself, with `torch.save` and `torch.load` (default
+# `weights_only=True`); helpers for one part, such as section 5.2's `rng_state_dict`, are fine, but not the course's
+# `save_checkpoint`/`load_checkpoint`, which choose what the file holds for you:
 #
-# * `save_state(path, model, optimizer, step)` writes one file at `path` with everything needed to continue;
+# * `save_state(path, model, optimizer, step)` writes one file at `path` with everything needed to continue (the
+#   check reads the file back and looks for the state in it);
 # * `load_state(path, model, optimizer)` restores it into the model and optimizer it is given (built afresh, as a
 #   new process would) and returns the saved `step`.
 #
 # The check trains a small network with BatchNorm and dropout (`Dropout`), drawing its batches with
 # `torch.randint`; both use torch's global random generator (the CPU one: no GPU is involved). It saves, trains on
 # (the run that never stopped), then builds a fresh model and optimizer with other weights and another random state,
-# loads, trains on, and compares: the two runs must end with the same weights, with SGD with momentum and with
+# loads from a copy of the file at another path, trains on, and compares: the two runs must end with the same weights, with SGD with momentum and with
 # AdamW. To try your functions by hand, write into a `tempfile.TemporaryDirectory()`, as the check does.
 
 
@@ -1922,7 +1925,8 @@ ex.check(2, save_state, load_state)
 # * if a file exists at `ckpt_path`, resume from it first; train global steps from there up to `stop`
 #   (excluded), and return the step it started from (0 without a file);
 # * step `s` trains on one batch of `BATCH = 8` samples of `dataset` (a `TensorDataset` of `(x, y)` whose length is
-#   a multiple of 8): every epoch visits each sample once, in a new shuffled order each epoch, and a restarted job
+#   a multiple of 8): every epoch visits each sample once, in a new shuffled order each epoch (drawn at random,
+#   without reseeding torch's global generator, which the rest of a program draws from), and a restarted job
 #   must see exactly the batches the job that never died would have seen;
 # * each step: `loss = F.cross_entropy(model(x), y)`, `optimizer.zero_grad()`, `loss.backward()`,
 #   `optimizer.step()`;

@@ -1384,12 +1384,14 @@ ex.check(1, autocast_dtype)
 # float16 training step with gradient clipping (梯度裁剪):
 #
 # * compute `F.cross_entropy(model(x), y)` under `torch.amp.autocast(x.device.type, dtype=torch.float16)`;
-# * then, with the `GradScaler` you are given: zero the gradients, the scaled backward pass, `unscale_`, clip the
-#   norm of all gradients to `max_norm`, step, update (sections 3 and 4);
+# * then, after the autocast region, with the `GradScaler` you are given: zero the gradients, the scaled backward
+#   pass, `scaler.unscale_(optimizer)`, clip the norm of all gradients to `max_norm`, step, update (sections 3 and
+#   4);
 # * return the loss (not the scaled loss).
 #
 # The check runs four steps on the CPU with a `GradScaler("cpu")` and a small network, and compares every step with
-# the recipe's. Its third batch holds a value above 65504, so that step overflows in float16: the scaler must skip
+# the recipe's; it also watches that you call `unscale_` yourself and run the backward pass and the step outside
+# autocast. Its third batch holds a value above 65504, so that step overflows in float16: the scaler must skip
 # it and halve its scale.
 
 
@@ -1423,7 +1425,9 @@ ex.check(2, amp_step)
 # * leave the model as you found it: no hook left behind (remove them in a `finally`), parameters unchanged.
 #
 # The check tries a model that overflows in float16 only, one that does not overflow, one with a `Sequential` inside
-# a `Sequential`, and one whose overflow is hidden by a later ReLU (−inf becomes 0).
+# a `Sequential`, one whose overflow is hidden by a later ReLU (−inf becomes 0), and one whose `forward` runs its
+# modules in another order than they were registered. It watches every point above: the hooks, one run of the model
+# (and of each module), autocast, gradients, the `finally`.
 
 
 # %%

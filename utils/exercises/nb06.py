@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.exercises import Registry, expect, hint, returns
+from utils.exercises import Hint, Registry, expect, hint, returns
 from utils.exercises.rules import functions_reached, global_values, names_used, refers_to, syntax
 
 EXERCISES = Registry("06")
@@ -22,6 +22,8 @@ EXERCISES = Registry("06")
 STATE_DICT = "1. What a `state_dict` is"
 BUFFERS = "1.1 Buffers: saved state that is not trained"
 PREFIXES = "8.2 The `module.` prefix of `DataParallel` and DDP"
+COMPILE_PREFIX = "8.3 The `_orig_mod.` prefix of `torch.compile`"
+OPT_STATE = "1.2 The optimizer's state: one entry per parameter, matched by position"
 WEIGHTS_ONLY = "4. `torch.load` runs code: `weights_only=True`"
 CHECKPOINT = "5. A training checkpoint"
 MISSES = "5.1 What the minimal recipe misses"
@@ -55,16 +57,16 @@ def predict_state_dict(answer):
     expected_model = len(model.state_dict())  # 6 parameters + 3 BatchNorm buffers + temperature = 10
     if n_model == 6:
         hint(
-            "a: 6 counts only the parameters; the state_dict also holds the persistent buffers: BatchNorm's "
-            "running_mean, running_var, num_batches_tracked and the registered `temperature`",
+            "a: 6 counts only the parameters; the state_dict also holds every persistent buffer, those of "
+            "BatchNorm and those the model registers itself: count them too",
             BUFFERS,
         )
     if n_model == expected_model + 1:
         hint("a: `cache` was registered with `persistent=False`, which keeps it out of the state_dict", BUFFERS)
     if n_model == expected_model - 1:
         hint(
-            "a: one entry short: BatchNorm keeps three buffers (running_mean, running_var and the counter "
-            "num_batches_tracked), and `temperature` is a buffer too",
+            "a: one entry short: a buffer is missing from your count; list every buffer BatchNorm keeps (section "
+            "1.1 prints them) and those the model registers with `persistent=True`, the default",
             BUFFERS,
         )
     expect(
@@ -81,32 +83,53 @@ def predict_state_dict(answer):
     if n_opt == 0:
         hint(
             "b: the state is empty only *before* the first step; `step()` creates Adam's state for every "
-            "parameter that has a gradient"
+            "parameter that has a gradient",
+            OPT_STATE,
         )
     if n_opt == expected_model:
-        hint("b: buffers are not parameters: the optimizer never sees them, so they have no optimizer state")
+        hint("b: buffers are not parameters: the optimizer never sees them, so they have no optimizer state", OPT_STATE)
     if n_opt in (2 * expected_opt, 3 * expected_opt):
         hint(
             "b: `state` has one entry per parameter; each entry is a dict holding that parameter's `step`, "
-            "`exp_avg` and `exp_avg_sq`"
+            "`exp_avg` and `exp_avg_sq`",
+            OPT_STATE,
         )
     if n_opt == expected_opt - 2:
-        hint("b: BatchNorm has two trainable parameters too (`weight` and `bias`, its affine scale and shift)")
-    expect(n_opt == expected_opt, "b: after one step, Adam keeps one state entry per parameter that had a gradient")
+        hint(
+            "b: BatchNorm has two trainable parameters too (`weight` and `bias`, its affine scale and shift)",
+            OPT_STATE,
+        )
+    expect(
+        n_opt == expected_opt,
+        "b: after one step, Adam keeps one state entry per parameter that had a gradient",
+        OPT_STATE,
+    )
 
     expected_key = "_orig_mod.module.head.weight"  # torch.compile(DataParallel(model)): outermost wrapper first
     stripped = key.strip()
     if stripped == "module._orig_mod.head.weight":
         hint(
-            "c: the prefixes are in the wrong order: the outermost wrapper's attribute comes first, and "
-            "`torch.compile` wraps the DataParallel, which wraps the model",
+            "c: the prefixes are in the wrong order: the outermost wrapper's attribute comes first; which object "
+            "wraps which in `torch.compile(nn.DataParallel(model))`?",
             PREFIXES,
         )
-    if stripped in ("head.weight", "module.head.weight", "_orig_mod.head.weight"):
+    if stripped == "head.weight":
         hint(
-            "c: each wrapper adds its own prefix, the attribute under which it keeps what it wraps: `module.` "
-            "(DataParallel) and `_orig_mod.` (torch.compile)",
+            "c: each wrapper adds its own prefix, the attribute under which it keeps what it wraps: your key has "
+            "none, and the model sits inside two wrappers",
             PREFIXES,
+        )
+    if stripped == "_orig_mod.head.weight":
+        hint(
+            "c: each wrapper adds its own prefix, the attribute under which it keeps what it wraps: your key lacks "
+            "the prefix of `nn.DataParallel`",
+            PREFIXES,
+        )
+    if stripped == "module.head.weight":
+        hint(
+            "c: each wrapper adds its own prefix, the attribute under which it keeps what it wraps: your key lacks "
+            "the prefix of `torch.compile`",
+            COMPILE_PREFIX,
         )
     expect(
         stripped == expected_key,
@@ -125,6 +148,8 @@ class _Watched:
         self.saved_to: list[str] = []
         self.weights_only: list[object] = []
         self.renamed: list[tuple[str, str]] = []
+        self.removed: list[str] = []
+        self.reseeded = 0  # calls of torch.manual_seed / torch.seed: the global generator reseeded
 
 
 def _path_of(target) -> str | None:
@@ -137,7 +162,16 @@ def _path_of(target) -> str | None:
 def _watching_files():
     """Record torch.save, torch.load and os.replace/os.rename calls made inside the block; restore them after."""
     seen = _Watched()
-    originals = {"save": torch.save, "load": torch.load, "replace": os.replace, "rename": os.rename}
+    originals = {
+        "save": torch.save,
+        "load": torch.load,
+        "replace": os.replace,
+        "rename": os.rename,
+        "remove": os.remove,
+        "unlink": os.unlink,
+        "manual_seed": torch.manual_seed,
+        "seed": torch.seed,
+    }
 
     def save(obj, f, *args, **kwargs):
         seen.saved_to.append(_path_of(f))
@@ -155,12 +189,34 @@ def _watching_files():
         seen.renamed.append((_path_of(src), _path_of(dst)))
         return originals["rename"](src, dst, *args, **kwargs)
 
+    def remove(target, *args, **kwargs):
+        seen.removed.append(_path_of(target))
+        return originals["remove"](target, *args, **kwargs)
+
+    def unlink(target, *args, **kwargs):
+        seen.removed.append(_path_of(target))
+        return originals["unlink"](target, *args, **kwargs)
+
+    def manual_seed(*args, **kwargs):
+        seen.reseeded += 1
+        return originals["manual_seed"](*args, **kwargs)
+
+    def seed(*args, **kwargs):
+        seen.reseeded += 1
+        return originals["seed"](*args, **kwargs)
+
     torch.save, torch.load, os.replace, os.rename = save, load, replace, rename
+    os.remove, os.unlink = remove, unlink
+    torch.manual_seed = torch.random.manual_seed = manual_seed
+    torch.seed = torch.random.seed = seed
     try:
         yield seen
     finally:
         torch.save, torch.load = originals["save"], originals["load"]
         os.replace, os.rename = originals["replace"], originals["rename"]
+        os.remove, os.unlink = originals["remove"], originals["unlink"]
+        torch.manual_seed = torch.random.manual_seed = originals["manual_seed"]
+        torch.seed = torch.random.seed = originals["seed"]
 
 
 def _uses_the_checks(*fns) -> bool:
@@ -286,12 +342,73 @@ def _call_load(load_fn, path, model, opt):
 
 
 DECOY_STEP = 99
+WHOLE_JOB = ("save_checkpoint", "load_checkpoint")  # the course's helpers that write and read the whole checkpoint
+
+
+def _tensors_in(obj) -> list[torch.Tensor]:
+    """Every tensor in a loaded checkpoint (nested dicts, lists and tuples)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for value in obj.values() for t in _tensors_in(value)]
+    if isinstance(obj, (list, tuple)):
+        return [t for value in obj for t in _tensors_in(value)]
+    return []
+
+
+def _holds(tensors: list[torch.Tensor], wanted: torch.Tensor) -> bool:
+    return any(t.shape == wanted.shape and t.dtype == wanted.dtype and torch.equal(t, wanted) for t in tensors)
+
+
+def _file_holds_the_state(path: str, saved_model: dict, saved_opt: dict, saved_rng: torch.Tensor) -> None:
+    """The file itself, read back as a new process would, holds the weights, buffers, optimizer state and RNG state."""
+    if os.path.getsize(path) == 0:
+        hint(
+            "`save_state` left the file at `path` empty: a new process has nothing but that file, so everything "
+            "needed to continue must be written into it with `torch.save`",
+            CHECKPOINT,
+        )
+    try:
+        tensors = _tensors_in(torch.load(path, weights_only=True))
+    except Exception as err:  # a torn, empty or foreign file
+        hint(
+            f"`torch.load` cannot read the file at `path` back ({type(err).__name__}): write the checkpoint "
+            "with `torch.save(checkpoint, path)`",
+            CHECKPOINT,
+        )
+    missing = [k for k, v in saved_model.items() if not _holds(tensors, v)]
+    missing += [
+        f"optimizer state {k}"
+        for state in saved_opt["state"].values()
+        for k, v in state.items()
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and not _holds(tensors, v)
+    ]
+    if missing:
+        hint(
+            f"the file at `path` does not hold `{missing[0]}`: `load_state` must restore everything from the file "
+            "alone (the check loads a copy of it, elsewhere), because a resumed job is a new process that has "
+            "nothing else; keeping state in Python variables only works inside the process that saved it",
+            CHECKPOINT,
+        )
+    if not _holds(tensors, saved_rng):
+        hint(
+            "the file at `path` does not hold torch's random state as `torch.get_rng_state()` returns it: the "
+            "resumed job must read that state from the file, a new process has nothing else",
+            "5.2 Random states that load with `weights_only=True`",
+        )
 
 
 @EXERCISES.exercise(2, "A checkpoint that resumes bit for bit (write a function)", MISSES)
 def save_and_load(save_fn, load_fn):
     if _uses_the_checks(save_fn, load_fn):
         hint("your functions use the checks' own code: write them yourself")
+    if found := refers_to(save_fn, *WHOLE_JOB) or refers_to(load_fn, *WHOLE_JOB):
+        hint(
+            f"your functions call the course's `{found}`, which decides for you what a checkpoint holds: that "
+            "choice is this exercise. Write the dict yourself and save it with `torch.save` (helpers for a part, "
+            "such as `rng_state_dict` or `atomic_torch_save`, are fine)",
+            MISSES,
+        )
     g = torch.Generator().manual_seed(6)
     x, y = torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g)
     optimizers = [
@@ -325,6 +442,8 @@ def save_and_load(save_fn, load_fn):
                 torch.equal(torch.get_rng_state(), saved_rng),
                 "`save_state` changed torch's random state: read it with `torch.get_rng_state()`, do not draw numbers",
             )
+            if os.path.getsize(path) == 0:
+                _file_holds_the_state(path, saved_model, saved_opt, saved_rng)
             refused = _unsafe_globals(path)  # what a new process loads from the file alone, with the safe default
             if refused:
                 if _says_weights_only_false(save_fn, load_fn):
@@ -340,6 +459,9 @@ def save_and_load(save_fn, load_fn):
                 ):
                     _allow_listed(f"`{refused[0]}`")
                 hint(REFUSED, WEIGHTS_ONLY)
+            # the job resumes on another machine, from a copy of the file
+            moved = os.path.join(tmp, f"copied_{case}.pt")
+            shutil.copyfile(path, moved)
             # another checkpoint, saved after this one: `load_state(path, ...)` must still give this one
             torch.manual_seed(50 + case)
             decoy = _small_net()
@@ -357,7 +479,13 @@ def save_and_load(save_fn, load_fn):
             before = {k: v.clone() for k, v in fresh.state_dict().items()}
             torch.manual_seed(12345)
             with _watching_files() as seen:
-                step = _call_load(load_fn, path, fresh, fresh_opt)
+                try:
+                    step = _call_load(load_fn, moved, fresh, fresh_opt)
+                except Hint:
+                    raise
+                except Exception:
+                    _file_holds_the_state(moved, saved_model, saved_opt, saved_rng)  # state kept elsewhere?
+                    raise
             _unsafe_loading(seen)
             from_decoy = step == DECOY_STEP or all(
                 torch.equal(fresh.state_dict()[k], decoy_state[k]) for k, _ in fresh.named_parameters()
@@ -417,12 +545,20 @@ def save_and_load(save_fn, load_fn):
                 MISSES,
             )
             if not torch.equal(torch.get_rng_state(), saved_rng):
+                if not _holds(_tensors_in(torch.load(moved, weights_only=True)), saved_rng):
+                    hint(
+                        "after `load_state`, torch's random state is not the one saved, so the resumed run draws "
+                        "other batches and other dropout masks: the file does not hold torch's random state, "
+                        "which must be saved with the rest and restored last",
+                        MISSES,
+                    )
                 hint(
                     "after `load_state`, torch's random state is not the one saved, so the resumed run draws "
-                    "other batches and other dropout masks: save `torch.get_rng_state()` and restore it with "
-                    "`torch.set_rng_state(...)`, last (nothing may draw random numbers after it)",
+                    "other batches and other dropout masks: the file holds it, but `load_state` did not restore it, "
+                    "or drew random numbers after restoring it",
                     MISSES,
                 )
+            _file_holds_the_state(moved, saved_model, saved_opt, saved_rng)
             _train(fresh, fresh_opt, more, x, y)
             resumed = fresh.state_dict()
             expect(
@@ -466,6 +602,14 @@ def _run(fn, x_all, dataset, path, stop, seed, rng_seed, files: list | None = No
             if files is not None:
                 files.append(watched)
             _unsafe_loading(watched)
+            if watched.reseeded:
+                hint(
+                    "your function reseeds torch's global random generator (`torch.manual_seed`): that overwrites "
+                    "the random state the rest of the program draws from (initialisation, dropout, other code), "
+                    "and every later draw repeats. Shuffle with a generator of your own, which leaves the global "
+                    "one alone",
+                    MISSES,
+                )
         except pickle.UnpicklingError:
             hint(
                 "`torch.load` (weights_only=True) refused an object in your checkpoint: store state_dicts and "
@@ -529,9 +673,8 @@ def resume_mid_epoch(fn):
             for order in epochs:
                 expect(
                     sorted(order) == list(range(n)),
-                    "each epoch should visit every sample exactly once: "
-                    "shuffle a permutation of the indices (`torch.randperm` or `DataLoader(shuffle=True)`), "
-                    "do not draw indices at random",
+                    "each epoch should visit every sample exactly once: its order must be a permutation of the "
+                    "indices, in which no index repeats or is left out",
                     "04 · 4. The data pipeline, part 3: samplers choose the indices",
                 )
             expect(
@@ -541,10 +684,25 @@ def resume_mid_epoch(fn):
             )
             expect(
                 epochs[0] != epochs[1],
-                "every epoch sees the samples in the same order: shuffle anew each "
-                "epoch, with a generator seeded from the epoch number",
+                "every epoch sees the samples in the same order: shuffle anew each epoch, and still so that a "
+                "restarted job can compute any epoch's order",
                 "04 · 3. The data pipeline, part 2: `DataLoader` and `collate_fn` turn samples into batches",
             )
+            for e, order in enumerate(epochs):
+                steps = {(b - a) % n for a, b in zip(order, order[1:])}
+                rotated = e and any(order == epochs[e - 1][k:] + epochs[e - 1][:k] for k in range(n))
+                if len(steps) == 1 or rotated:
+                    hint(
+                        f"the order of epoch {e} is a fixed pattern, not a shuffle: "
+                        + (
+                            "each index a constant step after the previous one (a stride, a rotation or a flip)"
+                            if len(steps) == 1
+                            else "the previous epoch's order rotated"
+                        )
+                        + ". The model then meets the samples in a predictable order that repeats from epoch to "
+                        "epoch; a shuffle draws a random permutation every epoch",
+                        "04 · 4. The data pipeline, part 3: samplers choose the indices",
+                    )
 
             _, _, start, seen_crashed = _run(
                 fn, x_all, dataset, paths["crashed"], crash, seed=0, rng_seed=0, files=files
@@ -552,7 +710,8 @@ def resume_mid_epoch(fn):
             expect(
                 seen_crashed == seen[:crash],
                 "two runs from the same seed saw different batches: the order "
-                "must be a function of the epoch only, e.g. `torch.Generator().manual_seed(epoch)`",
+                "must be a function of the epoch only, the same in every process",
+                MISSES,
             )
 
             # the state after `saved_at` steps, for comparison: a run that stops right there
@@ -575,6 +734,14 @@ def resume_mid_epoch(fn):
                 hint(
                     "the function did not resume: when a file exists at `ckpt_path`, load it first and continue "
                     "from the step stored in it"
+                )
+            if saved_at < start <= crash:
+                hint(
+                    f"the restarted job found a checkpoint of step {start}, saved after step {crash}: your function "
+                    "saves more often than every `save_every` steps. Each save costs time and disk writes (minutes "
+                    "for a large model), which is why `save_every` exists: here, save after global steps 4, 8 and 12 "
+                    "only",
+                    CHECKPOINT,
                 )
             expect(
                 start == saved_at,
@@ -635,7 +802,7 @@ def resume_mid_epoch(fn):
             expect(
                 resumed_seen == expected,
                 "the resumed run saw other batches than the run that never stopped: "
-                "derive each epoch's order from the epoch number alone (a generator seeded with it), not from "
+                "derive each epoch's order from the epoch number alone, not from "
                 "torch's global random state, which a new process does not share",
                 MISSES,
             )
@@ -660,6 +827,13 @@ def _saved_atomically(files: list[_Watched], folder: str) -> None:
             "`torch.save` wrote straight to `ckpt_path`: a job killed during the save leaves a torn file there, "
             "and the previous checkpoint is already overwritten, so the restart has nothing to resume from. "
             "Write to a temporary file first, then put it under the final name in one step",
+            ATOMIC,
+        )
+    if any(target in ckpts for seen in files for target in seen.removed):
+        hint(
+            "your function deletes `ckpt_path` before renaming the new file onto it: a job killed between the "
+            "two steps leaves no checkpoint at all. `os.replace(tmp, ckpt_path)` swaps the file in one step, "
+            "overwriting the old one (`os.rename` refuses an existing target on Windows)",
             ATOMIC,
         )
     renames = [(src, dst) for seen in files for src, dst in seen.renamed if dst in ckpts]

@@ -3,6 +3,8 @@ Used by notebook 07, whose ``Checker("07")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import ast
+import contextlib
 from collections import OrderedDict
 
 import torch
@@ -11,7 +13,14 @@ from torch import nn
 from torch.nn.modules import module as module_mod
 
 from utils.exercises import Registry, expect, hint, returns
-from utils.exercises.rules import counting_calls, functions_reached, global_values, names_used, refers_to, torch_calls
+from utils.exercises.rules import (
+    functions_reached,
+    global_values,
+    names_used,
+    refers_to,
+    syntax,
+    torch_calls,
+)
 
 EXERCISES = Registry("07")
 
@@ -117,6 +126,14 @@ def predict_dtypes(fn):
         )
     if _uses_the_checks(fn):
         hint("your function uses the checks' own code: write the rules yourself")
+    for f in functions_reached(fn):
+        for value in global_values(f).values():
+            if isinstance(value, dict) and len(value) >= 30 and all(isinstance(v, torch.dtype) for v in value.values()):
+                hint(
+                    f"your function looks its answers up in a table of {len(value)} dtypes, one per case: a "
+                    "table filled by running the operations measures one device instead of predicting every one, "
+                    "and a table typed out by hand skips the rules. Write the rules: a few sets of names and `if`s"
+                )
     questions = [
         (op, device, low, input_dtype)
         for device in ("cpu", "cuda")
@@ -133,48 +150,64 @@ def predict_dtypes(fn):
             "of measuring it. A measurement shows one device and one case; the lists tell you what every device "
             "does, including a GPU you do not have"
         )
+    # A hint names the rule an answer broke and how many answers broke it, never one case with its dtype: with two
+    # or three possible dtypes per case, a hint per case would let a learner pass by trying answers in turn.
+    said_all = [_as_dtype(answer, "your answer") for answer in answers]
+    same = (
+        "`low`"
+        if all(a == q[2] for a, q in zip(said_all, questions))
+        else "`input_dtype`"
+        if all(a == q[3] for a, q in zip(said_all, questions))
+        else _name(said_all[0])
+        if len(set(said_all)) == 1
+        else None
+    )
+    if same:
+        hint(
+            f"your function returns {same} for every question: autocast treats the operations "
+            "of each list differently, and those on no list differently again; sort the operations into section "
+            "2's lists first"
+        )
+    wrong: dict[str, int] = {}
     for (op, device, low, input_dtype), answer in zip(questions, answers):
         said = _as_dtype(answer, f"{op} on {device}")
-        right = _expected(op, device, low, input_dtype)
-        if device == "cpu":
-            right = _run_on_cpu(op, low, input_dtype)
+        right = _run_on_cpu(op, low, input_dtype) if device == "cpu" else _expected(op, device, low, input_dtype)
         if said == right:
             continue
-        where = "the CPU" if device == "cpu" else "CUDA"
-        case = f"`{op}` on {where}, in a {_name(low)} region, on {_name(input_dtype)} input"
         if said in (torch.float16, torch.bfloat16) and said != low:
-            hint(
-                f"{case}: you returned {_name(said)}, a 16-bit type other than the region's: the low-precision "
-                "type is the `dtype=` of the autocast region, the argument `low`"
-            )
-        if op in LOWER_LIST:
-            hint(
-                f"{case}: matrix products and convolutions are on the lower-precision list on every device, so "
-                "autocast casts their inputs to the low-precision type"
-            )
-        if op in FLOAT32_LIST:
-            hint(f"{case}: most losses are on the float32 list on every device, so a 16-bit input is cast to float32")
-        if op == "add_float32":
-            hint(
-                f"{case}: `t + w` with a float32 `w` mixes two types, and mixed inputs run in the widest one (type "
-                "promotion), whatever `t` is"
-            )
-        if op in CUDA_FLOAT32_ONLY and device == "cuda":
-            hint(
-                f"{case}: CUDA's float32 list, longer than the CPU's, holds `{op}`, so a 16-bit input is cast to "
-                "float32"
-            )
-        if op in CUDA_FLOAT32_ONLY:
-            hint(
-                f"{case}: `{op}` is on no autocast list of the CPU (only CUDA's float32 list holds it), so it runs "
-                "in the type of its input"
-            )
-        if op == "relu" or said == low:
-            hint(
-                f"{case}: `{op}` is on no autocast list, so it runs in the type of its input (autocast casts "
-                "inputs only for the operations on its lists)"
-            )
-        hint(f"{case}: not {_name(said)}")
+            rule = "other16"
+        elif op in LOWER_LIST:
+            rule = "lower"
+        elif op in FLOAT32_LIST:
+            rule = "losses"
+        elif op == "add_float32":
+            rule = "promotion"
+        elif op in CUDA_FLOAT32_ONLY:
+            rule = f"cuda_only_{device}"
+        else:
+            rule = "no_list"
+        wrong[rule] = wrong.get(rule, 0) + 1
+    rules = {
+        "other16": "the region's type: you returned a 16-bit type other than the region's, but the low-precision "
+        "type of a region is its `dtype=`, the argument `low`",
+        "lower": "matrix products and convolutions: find them on section 2's lists (the same on every device); what "
+        "does their list do to their inputs, 16-bit or float32?",
+        "losses": "the two losses: which list holds them, on which devices, and what does that list do to a 16-bit "
+        "input?",
+        "promotion": "`add_float32`, `t + w` with a float32 `w`: addition is on no list, but its two inputs have "
+        "different types; what does type promotion give?",
+        "cuda_only_cuda": "operations on CUDA that the CPU's lists leave alone: CUDA's float32 list is longer than "
+        "the CPU's; which of the operations does it hold?",
+        "cuda_only_cpu": "operations on the CPU that only CUDA's float32 list holds: the CPU's lists are shorter; what "
+        "does autocast do with an operation on none of them?",
+        "no_list": "operations on no autocast list: autocast casts inputs only for the operations on its lists; what "
+        "does an operation on none of them run in?",
+    }
+    for rule, message in rules.items():
+        if rule in wrong:
+            count = wrong[rule]
+            verb = "answer is" if count == 1 else "answers are"
+            hint(f"{count} {verb} wrong (of {len(questions)}), about {message}")
 
 
 # ---------------------------------------------------------------------------------------------- exercise 2
@@ -272,9 +305,9 @@ MISTAKES = [
     ),
     (
         _no_clip,
-        "the gradients' norm was not clipped: call `torch.nn.utils.clip_grad_norm_(model.parameters(), "
-        "max_norm)` between `scaler.unscale_(optimizer)` and `scaler.step(optimizer)` (`clip_grad_value_` "
-        "clips each element to ±max_norm instead, and here changes nothing)",
+        "the gradients' norm was not clipped: the norm of all the gradients together must be clipped to "
+        "`max_norm`, once they are unscaled and before the step (`clip_grad_value_` clips each element to "
+        "±max_norm instead, and here changes nothing)",
         RECIPES,
     ),
     (
@@ -306,6 +339,42 @@ MISTAKES = [
 ]
 
 
+@contextlib.contextmanager
+def _watching_scaler(scaler: torch.amp.GradScaler):
+    """Whether the learner called ``scaler.unscale_`` itself (``scaler.step`` calls it too when nobody did), and
+    which of backward/step ran inside an autocast region."""
+    seen: dict = {"unscaled": 0, "in_step": False, "in_autocast": []}
+    unscale, step = scaler.unscale_, scaler.step
+    run_backward = torch.autograd._engine_run_backward
+
+    def watched_unscale(optimizer):
+        if not seen["in_step"]:
+            seen["unscaled"] += 1
+        return unscale(optimizer)
+
+    def watched_step(optimizer, *args, **kwargs):
+        if torch.is_autocast_enabled("cpu") and "`scaler.step`" not in seen["in_autocast"]:
+            seen["in_autocast"].append("`scaler.step`")
+        seen["in_step"] = True
+        try:
+            return step(optimizer, *args, **kwargs)
+        finally:
+            seen["in_step"] = False
+
+    def watched_backward(*args, **kwargs):
+        if torch.is_autocast_enabled("cpu") and "`backward`" not in seen["in_autocast"]:
+            seen["in_autocast"].insert(0, "`backward`")
+        return run_backward(*args, **kwargs)
+
+    scaler.unscale_, scaler.step = watched_unscale, watched_step
+    torch.autograd._engine_run_backward = watched_backward
+    try:
+        yield seen
+    finally:
+        del scaler.unscale_, scaler.step
+        torch.autograd._engine_run_backward = run_backward
+
+
 def _params(model) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
@@ -333,12 +402,13 @@ def amp_step_check(fn):
             expected_model, expected_opt, expected_scaler = _copy(*before)
             expected_loss = _right(expected_model, expected_opt, expected_scaler, x, y)
             try:
-                loss = returns(fn, model, opt, scaler, x, y, MAX_NORM)
+                with _watching_scaler(scaler) as watched:
+                    loss = returns(fn, model, opt, scaler, x, y, MAX_NORM)
             except AssertionError as err:  # GradScaler's own checks are asserts
                 if "_scale is None" in str(err):
                     hint(
-                        "`unscale_` found no scale: the backward pass must start from the scaled loss, "
-                        "`scaler.scale(loss).backward()`"
+                        "the scaler had no scale yet: it gets one at its first `scaler.scale(loss)`, and the backward "
+                        "pass must start from that scaled loss"
                     )
                 if "No inf checks were recorded" in str(err) and all(p.grad is None for p in model.parameters()):
                     hint(
@@ -360,10 +430,17 @@ def amp_step_check(fn):
                     )
                 raise
             if scaler._scale is None:  # internal: set by the first `scale()`
+                own = refers_to(fn, "GradScaler")
                 hint(
                     "the `GradScaler` you were given was never used: scale, unscale, step and update with the "
-                    "`scaler` argument. A scaler made inside the function starts afresh every step, so it forgets "
-                    "its scale, which must halve after an overflow and grow again after clean steps"
+                    "`scaler` argument, "
+                    + (
+                        "not one made inside the function, which starts afresh every step and forgets its scale"
+                        if own
+                        else "which keeps its scale from step to step"
+                    )
+                    + ": the scale must halve after an overflow and grow again after clean steps",
+                    SCALER,
                 )
             if scaler._per_optimizer_states[id(opt)]["stage"].name != "READY":  # internal, as in section 3
                 hint(
@@ -410,6 +487,21 @@ def amp_step_check(fn):
                     "`scaler.update()` after `scaler.step(optimizer)`",
                 )
             if _close(after, _params(expected_model)):
+                if watched["in_autocast"]:
+                    hint(
+                        f"your function called {' and '.join(watched['in_autocast'])} inside the autocast region: "
+                        "autocast is for the forward pass and the loss only: the backward pass runs each operation in "
+                        "the type its forward used anyway, and PyTorch advises against running it, or the "
+                        "optimizer's arithmetic, under autocast. Close the `with` block after the loss",
+                        AUTOCAST,
+                    )
+                if not watched["unscaled"]:
+                    hint(
+                        "your function never called `scaler.unscale_(optimizer)`: it clipped the scaled gradients "
+                        "(with a threshold times the scale?). The task asks for unscale_ then clip, which keeps the "
+                        "gradients, their norm and any tool that reads them in true units, whatever the scale",
+                        RECIPES,
+                    )
                 continue
             for mistake, message, section in MISTAKES:
                 m, o, s = _copy(*before)
@@ -474,21 +566,87 @@ def _hidden() -> nn.Module:
     return model
 
 
+class _Watch:
+    """What happened when the learner's function ran a model: runs of the model and of each module, the modes the
+    model ran in, whether forward hooks were in place, whether a copy ran."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.modules = {id(m) for m in model.modules()}
+        self.runs: dict[int, int] = {}
+        self.copy_ran = False
+        self.autocast: list[tuple[bool, torch.dtype]] = []
+        self.grad: list[bool] = []
+        self.hooked: list[bool] = []
+
+    def pre_hook(self, module, args):
+        if id(module) not in self.modules:
+            self.copy_ran = True  # a deepcopy carries this hook along
+            return
+        self.runs[id(module)] = self.runs.get(id(module), 0) + 1
+        if module is self.model:
+            self.autocast.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+            self.grad.append(torch.is_grad_enabled())
+            self.hooked.append(
+                bool(module_mod._global_forward_hooks) or any(len(m._forward_hooks) for m in self.model.modules())
+            )
+
+
+def _finally_in(fn) -> bool:
+    """Whether the answer (or a helper it calls) has a `finally` block or a `with` statement (an ExitStack, say)."""
+    for f in functions_reached(fn):
+        tree = syntax(f)
+        for node in ast.walk(tree) if tree is not None else ():
+            if (isinstance(node, ast.Try) and node.finalbody) or isinstance(node, ast.With):
+                if isinstance(node, ast.Try) or any("ExitStack" in ast.unparse(item) for item in node.items):
+                    return True
+    return False
+
+
 def _ask(fn, model, x):
     dtypes = {name: p.dtype for name, p in model.named_parameters()}
-    with counting_calls(model, "forward") as runs:
+    watch = _Watch(model)
+
+    def pre_hook(module, args):  # a function, not a bound method: a deepcopy of the model shares it
+        watch.pre_hook(module, args)
+
+    handles = [m.register_forward_pre_hook(pre_hook) for m in model.modules()]
+    try:
         name = fn(model, x)  # None is a valid answer here, so no `returns`
-    if runs[0] == 0:
+    finally:
+        for handle in handles:
+            handle.remove()
+    runs = watch.runs.get(id(model), 0)
+    if watch.copy_ran and runs == 0:
+        hint(
+            "your function ran a copy of the model: hook and run the model you were given (a copy of a large "
+            "model doubles its memory, and the names to report are those of the model itself)",
+            HOOKS,
+        )
+    if runs == 0:
         hint(
             "the model itself never ran: call `model(x)` once, and let forward hooks report each module's output. "
             "Calling the modules one after another yourself works only for a `Sequential`; a model with its own "
             "`forward` (a residual block, say) runs its modules in an order only its `forward` knows",
             HOOKS,
         )
-    if runs[0] > 1:
+    if runs > 1:
         hint(
-            f"the model ran {runs[0]} times: run it once, with a hook on every module, and note the first "
+            f"the model ran {runs} times: run it once, with a hook on every module, and note the first "
             "non-finite output as the hooks fire (a large model may take minutes per forward pass)",
+            HOOKS,
+        )
+    if any(count > 1 for count in watch.runs.values()):
+        hint(
+            "besides `model(x)`, your function ran some of its modules itself, one after another: only the "
+            "model's own `forward` knows in which order its modules run (a residual block adds its input back), "
+            "so watch that one run with forward hooks instead",
+            HOOKS,
+        )
+    if not watch.hooked[0]:
+        hint(
+            "no forward hook was registered when the model ran: register one on every module of "
+            "`model.named_modules()` before `model(x)`, and let each report its module's output",
             HOOKS,
         )
     if _hooks_left(model):
@@ -503,10 +661,46 @@ def _ask(fn, model, x):
             "leaves the parameters float32 and casts only inside the region",
             AUTOCAST,
         )
+    enabled, low = watch.autocast[0]
+    if name is not None and (not enabled or low != torch.float16):  # found without seeing float16 overflow
+        region = f"a {_name(low)} autocast region" if enabled else "float32, outside autocast"
+        hint(
+            f"the model ran in {region}: the exercise watches what float16 autocast does to these layers, so run "
+            "`model(x)` inside `torch.amp.autocast(x.device.type, dtype=torch.float16)` (comparing float32 "
+            "outputs with 65504 guesses at the overflow instead of seeing it)",
+            AUTOCAST,
+        )
+    if watch.grad[0]:
+        hint(
+            "the model ran with gradients on: a forward pass only to inspect outputs needs no graph, and the graph "
+            "keeps every activation in memory; run it under `torch.no_grad()`",
+            "03 · 6. `requires_grad` propagation, `detach`, `no_grad` and `inference_mode`",
+        )
+    if not _finally_in(fn):
+        hint(
+            "your function removes its hooks only if nothing goes wrong: when the forward pass raises, the hooks "
+            "stay on the model and fire in every later run. Remove them in a `finally` block",
+            HOOKS,
+        )
     if isinstance(name, nn.Module):
         hint('return the module\'s name as `named_modules()` gives it (a string such as "2"), not the module')
     expect(name is None or isinstance(name, str), f"return a module name (str) or None, not {type(name).__name__}")
     return name
+
+
+class _Swapped(nn.Module):
+    """Registers `late` before `early` but runs `early` first: named_modules() order is not the hooks' order."""
+
+    def __init__(self):
+        super().__init__()
+        self.late = nn.Linear(8, 2)
+        self.early = nn.Linear(4, 8)
+        with torch.no_grad():
+            self.early.weight.fill_(10000.0)  # 4 * 2.0 * 10000 = 80000: inf in float16
+            self.early.bias.zero_()
+
+    def forward(self, x):
+        return self.late(self.early(x))
 
 
 @EXERCISES.exercise(3, "Find the layer that overflows (stretch)", WHY)
@@ -560,3 +754,12 @@ def first_overflow_check(fn):
             "`torch.isfinite`, not only the model's"
         )
     expect(found == "0", f'the first non-finite output is that of "0", not {found!r}')
+
+    found = _ask(fn, _Swapped(), x)
+    if found == "late":
+        hint(
+            'you returned "late", the first non-finite module in the order of `named_modules()`, but this model\'s '
+            '`forward` runs "early" first: return the first, in the order the hooks fire, whose output is not finite',
+            HOOKS,
+        )
+    expect(found == "early", f'the first non-finite output is that of "early", not {found!r}')
