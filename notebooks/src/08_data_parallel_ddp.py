@@ -2050,11 +2050,12 @@ ex = Checker("08")
 #
 # 1. its `RANK`, `WORLD_SIZE` and `LOCAL_WORLD_SIZE` (section 2: processes, not machines);
 # 2. every process runs micro-batches of 32 samples and accumulates gradients over **4 micro-batches** per
-#    optimizer step; from the second iteration on, DDP packs the model's gradients into **3 buckets**. How many
-#    all-reduce calls does one rank make per optimizer step (a) with `no_sync()` around the forward *and*
+#    optimizer step; from the second optimizer step on, DDP packs the model's gradients into **3 buckets**. How
+#    many all-reduce calls does one rank make per optimizer step (a) with `no_sync()` around the forward *and*
 #    backward of micro-batches 1–3, (b) with `no_sync()` around their backward only? (Section 3, Proof (3).)
 # 3. the learning rate was tuned as 0.1 for a batch of 256 on one GPU: what peak learning rate does the linear
-#    scaling rule give this job? (Section 7.)
+#    scaling rule give this job? (Section 7; here the global batch is every sample one optimizer step averages
+#    over, the accumulated micro-batches included.)
 
 # %%
 # ✏️ Exercise 1: replace each ... with a number

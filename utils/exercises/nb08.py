@@ -9,14 +9,17 @@ check writes the learner's cell to ``notebooks/runs/ex4_ddp.py`` and runs it wit
 """
 
 import ast
+import contextlib
 import json
 import linecache
 import math
 import operator
 import os
 import re
+import sys
 import tempfile
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -42,76 +45,86 @@ def ranks_and_allreduces(rank, world_size, local_world_size, no_sync_both, no_sy
         for v, n in ((rank, "RANK"), (world_size, "WORLD_SIZE"), (local_world_size, "LOCAL_WORLD_SIZE"))
     )
     if world_size == 2:
-        hint("WORLD_SIZE counts processes, not machines (the notes' mistake): 2 machines × 4 processes")
+        hint("WORLD_SIZE counts processes, not machines (the notes' mistake)")
     expect(
         world_size == 8,
         f"WORLD_SIZE = {world_size}: it is the number of processes in the whole job, all machines together",
     )
     if local_world_size == 8:
-        hint("LOCAL_WORLD_SIZE counts the processes on this machine only (`--nproc_per_node`)")
+        hint("LOCAL_WORLD_SIZE counts the processes on this machine only, not in the whole job")
     expect(
         local_world_size == 4,
-        f"LOCAL_WORLD_SIZE = {local_world_size}: it is `--nproc_per_node`, the processes on one machine",
+        f"LOCAL_WORLD_SIZE = {local_world_size}: which `torchrun` option sets the processes of one machine?",
     )
     if rank == 2:
         hint(
-            "2 is this process's LOCAL_RANK, which repeats on every machine; RANK is global: "
-            "GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK"
+            "2 is this process's LOCAL_RANK, which repeats on every machine; RANK is global, one number per process "
+            "of the whole job: section 2 shows how torchrun derives it from the machine's index and LOCAL_RANK"
         )
     if rank == 1:
         hint(
             "1 is the machine's index (the node rank, GROUP_RANK), what the notes call the rank; RANK numbers "
-            "processes: GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK"
+            "processes, not machines: section 2 shows how torchrun derives it"
         )
-    expect(rank == 6, f"RANK = {rank}: the global rank is GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK")
+    expect(
+        rank == 6,
+        f"RANK = {rank}: the global rank numbers all processes of the job, machine after machine; section 2 "
+        "asserts how torchrun computes it",
+    )
 
     no_sync_both = number_answer(no_sync_both, "allreduces_no_sync")
     no_sync_backward = number_answer(no_sync_backward, "allreduces_no_sync_backward")
     if no_sync_both == 1:
         hint(
-            "(a): DDP all-reduces bucket by bucket, so the one synchronised backward (the last micro-batch's) "
-            "makes one all-reduce per bucket",
+            "(a): one synchronised backward is not one all-reduce call: DDP sends the gradients bucket by bucket",
             PROGRAM,
         )
     if no_sync_both == 12:
         hint(
-            "(a): with forward *and* backward inside `no_sync()`, micro-batches 1-3 communicate nothing; only "
-            "the last one's backward all-reduces",
+            "(a): with forward *and* backward inside `no_sync()`, micro-batches 1-3 communicate nothing (Proof (3))",
             PROGRAM,
         )
     expect(
         no_sync_both == 3,
-        f"(a) = {no_sync_both}: count the synchronised backwards, times the buckets each one all-reduces (Proof (3))",
+        f"(a) = {no_sync_both}: which backwards synchronise, and how many all-reduce calls does each make? "
+        "(Proof (3))",
         PROGRAM,
     )
     if no_sync_backward == 3:
         hint(
             "(b): DDP decides in the *forward* whether the next backward synchronises; `no_sync()` around "
-            "the backward alone changes nothing, every micro-batch all-reduces",
+            "the backward alone comes too late (Proof (3))",
             PROGRAM,
         )
     if no_sync_backward == 4:
-        hint("(b): each of the 4 synchronised backwards all-reduces each of the 3 buckets", PROGRAM)
+        hint(
+            "(b): 4 counts synchronised backwards, not all-reduce calls: how many calls does one synchronised "
+            "backward make?",
+            PROGRAM,
+        )
     expect(
         no_sync_backward == 12,
-        f"(b) = {no_sync_backward}: see Proof (3), where `no_sync()` around the "
-        "backward only made as many all-reduces as no `no_sync()` at all",
+        f"(b) = {no_sync_backward}: Proof (3) counted the all-reduces with `no_sync()` around the backward only",
         PROGRAM,
     )
 
     peak_lr = number_answer(peak_lr, "peak_lr")
     if math.isclose(peak_lr, 0.1):
         hint(
-            "peak_lr: 8 processes × 32 samples is one micro-step; one optimizer step sees 4 micro-batches "
-            "on each of the 8 processes",
+            "peak_lr: 8 processes × 32 samples is the global batch of one micro-step, but the optimizer steps "
+            "only after the accumulated micro-batches: count every sample one optimizer step averages over",
             LR,
         )
     if math.isclose(peak_lr, 0.05) or math.isclose(peak_lr, 0.2):
-        hint("peak_lr: one optimizer step sees the micro-batches of all 8 processes (both machines), 4 each", LR)
+        hint(
+            "peak_lr: your global batch leaves out the other machine's processes or some of the accumulated "
+            "micro-batches",
+            LR,
+        )
     expect(
         math.isclose(peak_lr, 0.4, rel_tol=1e-6),
-        f"peak_lr = {peak_lr}: lr = 0.1 × (samples per optimizer "
-        "step) / 256, with samples per step = processes × micro-batches × 32",
+        f"peak_lr = {peak_lr}: section 7's rule scales the learning rate with the global batch; count every "
+        "sample that one optimizer step averages over, on all machines",
         LR,
     )
 
@@ -139,16 +152,52 @@ _LIBRARY_SAMPLER = (
 )
 
 
+def _code_key(code: types.CodeType) -> tuple:
+    """What a copy of a function's source keeps: its name, variables, attribute names and constants."""
+    consts = tuple(c.co_name if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.co_name, code.co_varnames, code.co_names, consts
+
+
+_SAMPLER_CODE = {_code_key(f.__code__) for f in (DistributedSampler.__init__, DistributedSampler.__iter__)}
+
+
+@contextlib.contextmanager
+def _running_sampler_code() -> Iterator[list[bool]]:
+    """Notes whether the block ran DistributedSampler's ``__init__`` or ``__iter__``: the methods themselves, kept
+    aside before the check patched the class, or a copy compiled from their source (``exec(inspect.getsource(...))``)."""
+    seen = [False]
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):
+        if event == "call" and _code_key(frame.f_code) in _SAMPLER_CODE:
+            seen[0] = True
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(previous)
+
+
 @EXERCISES.exercise(2, "DistributedSampler, written by hand (write a function)", PROGRAM)
 def shard_indices_check(learners_fn):
     if used := refers_to(learners_fn, "DistributedSampler"):
         hint(f"`shard_indices` uses `{used}`, the class it should reproduce: {_LIBRARY_SAMPLER}")
 
     def fn(*args, **kwargs):  # the learner's function, watched: does it run a DistributedSampler however named?
-        with counting_calls(DistributedSampler, "__iter__") as iterated:
+        with (
+            counting_calls(DistributedSampler, "__iter__") as iterated,
+            counting_calls(DistributedSampler, "__init__") as built,
+            _running_sampler_code() as copied,
+        ):
             out = learners_fn(*args, **kwargs)
-        if iterated[0]:
+        if iterated[0] or built[0]:
             hint(f"`shard_indices` ran a `DistributedSampler`, the class it should reproduce: {_LIBRARY_SAMPLER}")
+        if copied[0]:
+            hint(
+                f"`shard_indices` ran `DistributedSampler`'s own code (a method kept aside, or a copy of its "
+                f"source): {_LIBRARY_SAMPLER}"
+            )
         return out
 
     shards = [_as_indices(returns(fn, 10, r, 4)) for r in range(4)]
@@ -201,8 +250,8 @@ def shard_indices_check(learners_fn):
                 "changes (Proof (4))"
             )
         hint(
-            f"shuffle=True, seed=5, epoch=3 on 2 ranks: expected {expected}, got {shuffled}; the sampler uses "
-            "`torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))` (Proof (1))"
+            f"shuffle=True, seed=5, epoch=3 on 2 ranks: expected {expected}, got {shuffled}; compare how you draw "
+            "the permutation (which function, which generator, seeded with what) with Proof (1)"
         )
 
     small = [_as_indices(returns(fn, 3, r, 8)) for r in range(8)]
