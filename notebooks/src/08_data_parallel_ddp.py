@@ -2108,7 +2108,7 @@ ex.check(2, shard_indices)
 # The stretch: the check also feeds activations around **10,000** with a spread of 1, in float32. Section 4's
 # E[x²] − E[x]² fails there (notebook 07, section 1: how many digits float32 keeps); find a merge that does not
 # subtract two huge numbers. Computing in float64 is no way out: the check then feeds float64 activations around
-# 10¹⁶⁰, whose squares overflow even float64.
+# 10¹⁵⁵, whose squares overflow even float64.
 
 
 # %%
