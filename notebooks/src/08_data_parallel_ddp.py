@@ -2137,9 +2137,10 @@ ex.check(3, merge_bn_stats)
 # 6. leave the process group, also when training fails.
 #
 # The check writes the whole cell to `runs/ex4_ddp.py`, adds a few lines that call `main` and note what each rank
-# did, runs it with `torchrun --standalone --nproc_per_node=2` and compares the saved model with one process
-# trained with batch 16 (Proof (1)). It also looks at each rank's shards, at who saved, and whether the ranks left
-# the group.
+# did, runs it with `torchrun --standalone --nproc_per_node=2` (each process told it is alone on its machine, as in
+# a job of 2 machines) and compares the saved model with one process trained with batch 16 (Proof (1)). It also
+# looks at each rank's shards and where they came from, at who saved and how often, and whether the ranks left the
+# group.
 
 
 # %%

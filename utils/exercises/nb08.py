@@ -653,6 +653,19 @@ def _check_shards(records: dict[int, dict], orders: list[list[int]]) -> None:
             "each epoch; the sampler's shuffle is seeded with seed + epoch, and without it every epoch repeats "
             "epoch 0's"
         )
+    for r, rec in records.items():
+        if not rec["sampled"]:
+            hint(
+                f"rank {r} read its shard without a `DistributedSampler`: the exercise asks for the sampler, which "
+                "reads the rank and the world size from the process group and pads the order to equal lengths, so "
+                "the same program runs on any number of processes; an index list of your own hard-codes them "
+                "(section 3's program)"
+            )
+        expect(
+            rec["sampled"] == rec["read"],
+            f"rank {r} read other samples than its `DistributedSampler` gave out: the DataLoader must draw its "
+            "indices from the sampler (`sampler=sampler`), and nothing else should iterate it",
+        )
     for r in (0, 1):
         for e in range(EPOCHS):
             expect(
@@ -663,9 +676,16 @@ def _check_shards(records: dict[int, dict], orders: list[list[int]]) -> None:
             )
 
 
-def _check_saved(records: dict[int, dict], out: Path) -> dict[str, torch.Tensor]:
+def _check_saved(records: dict[int, dict], out: Path, source: str) -> dict[str, torch.Tensor]:
     from utils.ddp.exercise import SAVED_NAME
 
+    if records[1]["saves"] and re.search(r"local_rank", source, re.I):
+        hint(
+            "both ranks saved: the check runs them as a job on 2 machines, one process each, where both have "
+            "LOCAL_RANK 0. Local ranks repeat on every machine, so a condition on LOCAL_RANK lets one process per "
+            "machine write the file; the global rank (`dist.get_rank()`, RANK) names one process in the whole job",
+            RANKS,
+        )
     if records[1]["saves"]:
         hint(
             "rank 1 saved too: the parameters are equal on every rank, so one writer is enough, and several "
@@ -674,6 +694,14 @@ def _check_saved(records: dict[int, dict], out: Path) -> dict[str, torch.Tensor]
     expect(
         records[0]["saves"], f"nothing was saved: rank 0 should `torch.save(model.state_dict(), out / {SAVED_NAME!r})`"
     )
+    if len(records[0]["saves"]) > 1:
+        hint(
+            f"rank 0 called `torch.save` {len(records[0]['saves'])} times: the task asks for the trained model, "
+            "one file written once, after the last epoch. Every write serialises the whole model, and a file "
+            "rewritten while training goes on holds a half-trained model until the last write (a checkpoint to "
+            "resume from, as section 3's program writes each epoch, is another thing: it also holds the "
+            "optimizer's state)"
+        )
     files = sorted(p.name for p in out.iterdir())
     expect(
         files == [SAVED_NAME],
@@ -718,7 +746,7 @@ def ddp_program_check(main):
             torch.randperm(64, generator=torch.Generator().manual_seed(0 + e)).tolist() for e in range(3)
         ]  # DistributedSampler(shuffle=True, seed=0) after set_epoch(e): the same order on every rank
         _check_shards(records, orders)
-        state = _check_saved(records, out)
+        state = _check_saved(records, out, source)
         if not records[0]["left the group"] or not records[1]["left the group"]:
             hint(
                 "`main` returned without `dist.destroy_process_group()`: a program leaves its process group "
@@ -745,6 +773,6 @@ def ddp_program_check(main):
             )
     return (
         f"`torchrun --standalone --nproc_per_node=2 runs/{PROGRAM_FILE}` ran in {wall:.0f} s: the two ranks read "
-        "disjoint shards, a new shuffle each epoch; rank 0 alone saved, and its model equals one process's trained "
-        f"with batch 16 (largest difference {worst:.0e})"
+        "disjoint shards from their `DistributedSampler`, a new shuffle each epoch; rank 0 alone saved, once, and "
+        f"its model equals one process's trained with batch 16 (largest difference {worst:.0e})"
     )
