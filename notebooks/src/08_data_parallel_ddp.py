@@ -2050,11 +2050,12 @@ ex = Checker("08")
 #
 # 1. its `RANK`, `WORLD_SIZE` and `LOCAL_WORLD_SIZE` (section 2: processes, not machines);
 # 2. every process runs micro-batches of 32 samples and accumulates gradients over **4 micro-batches** per
-#    optimizer step; from the second iteration on, DDP packs the model's gradients into **3 buckets**. How many
-#    all-reduce calls does one rank make per optimizer step (a) with `no_sync()` around the forward *and*
+#    optimizer step; from the second optimizer step on, DDP packs the model's gradients into **3 buckets**. How
+#    many all-reduce calls does one rank make per optimizer step (a) with `no_sync()` around the forward *and*
 #    backward of micro-batches 1–3, (b) with `no_sync()` around their backward only? (Section 3, Proof (3).)
 # 3. the learning rate was tuned as 0.1 for a batch of 256 on one GPU: what peak learning rate does the linear
-#    scaling rule give this job? (Section 7.)
+#    scaling rule give this job? (Section 7; here the global batch is every sample one optimizer step averages
+#    over, the accumulated micro-batches included.)
 
 # %%
 # ✏️ Exercise 1: replace each ... with a number
@@ -2107,7 +2108,7 @@ ex.check(2, shard_indices)
 # The stretch: the check also feeds activations around **10,000** with a spread of 1, in float32. Section 4's
 # E[x²] − E[x]² fails there (notebook 07, section 1: how many digits float32 keeps); find a merge that does not
 # subtract two huge numbers. Computing in float64 is no way out: the check then feeds float64 activations around
-# 10¹⁶⁰, whose squares overflow even float64.
+# 10¹⁵⁵, whose squares overflow even float64.
 
 
 # %%
@@ -2136,9 +2137,10 @@ ex.check(3, merge_bn_stats)
 # 6. leave the process group, also when training fails.
 #
 # The check writes the whole cell to `runs/ex4_ddp.py`, adds a few lines that call `main` and note what each rank
-# did, runs it with `torchrun --standalone --nproc_per_node=2` and compares the saved model with one process
-# trained with batch 16 (Proof (1)). It also looks at each rank's shards, at who saved, and whether the ranks left
-# the group.
+# did, runs it with `torchrun --standalone --nproc_per_node=2` (each process told it is alone on its machine, as in
+# a job of 2 machines) and compares the saved model with one process trained with batch 16 (Proof (1)). It also
+# looks at each rank's shards and where they came from, at who saved and how often, and whether the ranks left the
+# group.
 
 
 # %%

@@ -11,8 +11,10 @@ check writes that cell to ``notebooks/runs/ex4_ddp.py`` followed by::
 
 and runs it with ``utils.launch.run_torchrun`` on 2 processes. :func:`run_and_record` calls ``main(out)`` and
 then writes, for its rank, what the program did: the indices it read from the dataset (so, its shard of every
-epoch), how many ``DistributedDataParallel`` it built and forwards it ran through one, what it saved with
-``torch.save``, and whether it left its process group.
+epoch), the indices a ``DistributedSampler`` gave out, how many ``DistributedDataParallel`` it built and forwards
+it ran through one, what it saved with ``torch.save``, and whether it left its process group. Each process is
+told that it is alone on its machine (``LOCAL_RANK`` 0, ``LOCAL_WORLD_SIZE`` 1, ``GROUP_RANK`` its rank), as in a
+job of 2 machines with one process each, so that a program that picks its writer by ``LOCAL_RANK`` shows it.
 """
 
 from __future__ import annotations
@@ -83,13 +85,17 @@ def run_and_record(main) -> None:
     ``record/rank<RANK>.json``."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data.distributed import DistributedSampler
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--record", required=True)
     args = parser.parse_args()
-    record = {"rank": int(os.environ["RANK"]), "ddp": 0, "forwards": 0, "saves": []}
+    record = {"rank": int(os.environ["RANK"]), "ddp": 0, "forwards": 0, "saves": [], "sampled": []}
+    # as on 2 machines with one process each: local ranks repeat on every machine (notebook 08, section 2)
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", GROUP_RANK=os.environ["RANK"])
     save, init, forward = torch.save, DistributedDataParallel.__init__, DistributedDataParallel.forward
+    sample = DistributedSampler.__iter__
 
     def noting_save(obj, f, *a, **k):
         record["saves"].append(str(f) if isinstance(f, (str, os.PathLike)) else str(getattr(f, "name", f)))
@@ -103,15 +109,22 @@ def run_and_record(main) -> None:
         record["forwards"] += 1
         return forward(self, *a, **k)
 
+    def noting_sample(self):
+        for i in sample(self):
+            record["sampled"].append(int(i))
+            yield i
+
     torch.save, DistributedDataParallel.__init__, DistributedDataParallel.forward = (
         noting_save,
         noting_init,
         noting_forward,
     )
+    DistributedSampler.__iter__ = noting_sample
     try:
         main(Path(args.out))
     finally:
         torch.save, DistributedDataParallel.__init__, DistributedDataParallel.forward = save, init, forward
+        DistributedSampler.__iter__ = sample
         record["read"] = list(_READ)
         record["left the group"] = not dist.is_initialized()
         Path(args.record, f"rank{record['rank']}.json").write_text(json.dumps(record), encoding="utf-8")

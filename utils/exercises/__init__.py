@@ -447,11 +447,12 @@ def shape_answer(value: Any, name: str, example: str = "(2, 3)") -> tuple:
 
 def number_answer(value: Any, name: str) -> int | float:
     """A predicted number (int or float, not bool); hint when it is something else."""
-    expect(
-        isinstance(value, (int, float)) and not isinstance(value, bool),
-        f"{name} should be a number, not {type(value).__name__} {reprlib.repr(value)}",
-    )
-    return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    shown = reprlib.repr(value)
+    if shown.startswith("<"):  # an object's default repr, <module.Class object at 0x...>: its type says enough
+        hint(f"{name} should be a number, not an object of class {type(value).__name__}")
+    hint(f"{name} should be a number, not {type(value).__name__} {shown}")
 
 
 def returns(fn: Callable, *args: Any, **kwargs: Any) -> Any:
