@@ -88,6 +88,38 @@ def leaves_and_grads(answer):
     expect(with_grad == {"w", "y"}, "with .grad: w is a leaf that requires grad, so backward fills w.grad")
 
 
+def _graph_gradient(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+    """d sum(y) / d x as y's graph alone computes it: each node is called directly, which runs no hook (tensor
+    hooks and node pre-hooks run only inside the autograd engine). None if the graph cannot be walked that way."""
+    total = torch.zeros_like(x)
+    stack = [(y.grad_fn, torch.ones_like(y))]
+    try:
+        with torch.no_grad():
+            while stack:
+                node, grad = stack.pop()
+                if node is None or grad is None:
+                    continue
+                if type(node).__name__ == "AccumulateGrad":
+                    total = total + grad if node.variable is x else total
+                    continue
+                outs = node(grad) if callable(node) else node.apply(grad)  # a custom Function's node: .apply
+                outs = outs if isinstance(outs, tuple) else (outs,)
+                stack.extend(zip((nxt for nxt, _ in node.next_functions), outs))
+    except Exception:  # a node that wants several gradients, a Function whose backward raises...
+        return None
+    return total
+
+
+def _hook_does_not_scale():
+    hint(
+        "the gradient is scaled, but not by your hook: the scaling is built into the forward computation (a "
+        "`detach` trick, or a custom Function like GradCoeff), and the hook only rides along (it returns the "
+        "gradient as it was, or None). This exercise practises tensor hooks: the hook itself must return the "
+        "scaled gradient, because a hook changes a gradient without touching the forward pass, which is how "
+        "you clip, log or rescale gradients of a model you did not write"
+    )
+
+
 @EXERCISES.exercise(2, "Scale a gradient with a tensor hook (write a function)", TENSOR_HOOKS)
 def scale_grad(fn):
     x = torch.tensor([1.0, 2.0, -3.0], requires_grad=True)
@@ -107,6 +139,7 @@ def scale_grad(fn):
         "no gradient can flow back to t",
         DETACH,
     )
+    in_graph = _graph_gradient(y, x)  # before the backward pass frees the graph's saved tensors
     loss = (y**2).sum() + (3 * x).sum()  # x is used twice: through the scaled tensor, and directly
     try:
         (gx,) = torch.autograd.grad(loss, x)
@@ -156,6 +189,10 @@ def scale_grad(fn):
         "your hook was registered but never ran during backward, so the scaling came from somewhere else: "
         "the hook must be on the tensor the gradient flows through",
     )
+    if in_graph is not None and torch.allclose(in_graph, torch.full((3,), -0.5)):
+        _hook_does_not_scale()  # y's graph, run without its hooks, already scales: the hooks do nothing
+    if in_graph is None and not hooks["changed"] and not node_hook:
+        _hook_does_not_scale()  # a graph the check cannot walk: no tensor hook returned a changed gradient
     leaf = torch.tensor([0.5, 1.5], requires_grad=True)  # a non-leaf input and another alpha
     try:  # sum's backward hands on an expanded gradient: one memory location for every element
         (g_leaf,) = torch.autograd.grad(returns(fn, leaf * 2, 3.0).sum(), leaf)
