@@ -4,6 +4,7 @@ Used by notebook 03, whose ``Checker("03")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import collections
 import contextlib
 
 import torch
@@ -287,13 +288,14 @@ def _watch(layer: nn.Module):
         del layer.forward
 
 
-class _Handing(dict):
+class _Handing(collections.OrderedDict):
     """A hook dict whose hooks get changed data when ``layer`` runs: its input times 2 (forward and forward pre
-    hooks), its output gradient times 3 (backward and backward pre hooks). The hooks themselves still run."""
+    hooks), its output gradient times 3 (backward and backward pre hooks). The hooks themselves still run. An
+    OrderedDict, as nn.Module's own: ``prepend=True`` moves a hook to the front, handles keep a weak reference."""
 
     def __init__(self, items, layer, kind):
-        super().__init__(items)
         self.layer, self.kind = layer, kind
+        super().__init__(items)
 
     def __setitem__(self, key, hook):
         super().__setitem__(key, _handed(hook, self.layer, self.kind))
