@@ -117,3 +117,11 @@ def test_tensor_hooks_are_counted_when_registered_and_when_run_and_put_back():
     assert hooks["registered"] == 2 and hooks["ran"] == 0
     (grad,) = torch.autograd.grad(out.sum(), t)
     assert hooks["ran"] == 1 and torch.equal(grad, torch.full((3,), 2.0))
+    assert hooks["changed"] == 1  # the hook returned a gradient different from the one it got
+    with tensor_hooks() as hooks:
+        same = t.clone()
+        same.register_hook(lambda grad: grad)
+        none = t.clone()
+        none.register_hook(lambda grad: None)
+    torch.autograd.grad((same + none).sum(), t)
+    assert hooks["ran"] == 2 and hooks["changed"] == 0

@@ -1860,7 +1860,8 @@ ex.check(1, answer_1)
 # positive number.
 #
 # Write `Softplus`, a `torch.autograd.Function` (section 6): `forward` computes the stable formula (not with
-# `F.softplus`, the function you are writing) and saves what `backward` needs with `ctx.save_for_backward` (the input
+# `F.softplus`, the function you are writing, nor with a library function that is softplus under another name, such
+# as `torch.logaddexp(x, 0)`) and saves what `backward` needs with `ctx.save_for_backward` (the input
 # or the output, not an intermediate result: section 7 shows why); `backward` returns the gradient of the input by the
 # chain rule, written by you, without asking autograd. Write `backward` with PyTorch operations, so that it can itself
 # be differentiated: the check runs `gradcheck` *and* `gradgradcheck` (section 7) in float64, and compares with

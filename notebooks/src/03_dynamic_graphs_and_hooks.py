@@ -1536,9 +1536,9 @@ ex.check(1, answer_1)
 #
 # Write `scale_grad(t, alpha)`: it returns a tensor equal to `t`, such that the gradient flowing back **through
 # it** is multiplied by `alpha`, while other uses of `t` are untouched. (With a negative `alpha` it is the
-# gradient reversal layer that notebook 02 wrote as the custom `Function` `GradCoeff`; here use a hook, section 5:
-# the check looks for one, so a `Function` or a `detach` trick does not count.) Think about which tensor the hook
-# must hang on, and what the hook must return. When `t` does not require grad there is nothing to scale: return it
+# gradient reversal layer that notebook 02 wrote as the custom `Function` `GradCoeff`; here use a hook, section 5,
+# and let the hook do the scaling: the check makes sure of it, so a `Function` or a `detach` trick does not count,
+# with or without a hook beside it.) Think about which tensor the hook must hang on, and what the hook must return. When `t` does not require grad there is nothing to scale: return it
 # unchanged.
 
 

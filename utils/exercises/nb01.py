@@ -14,7 +14,14 @@ SHAPES = "3. Dimensions and shapes (维度与尺寸)"
 LAYOUT = "4. Memory layout: storage, strides, views (存储、步长与视图)"
 BROADCASTING = "7. Broadcasting (广播) and matrix products (矩阵乘法)"
 
-DISTANCE_LIBRARIES = ("cdist", "pairwise_distances", "euclidean_distances", "distance_matrix")
+DISTANCE_LIBRARIES = (
+    "cdist",
+    "_cdist_forward",  # what torch.cdist runs (torch.ops.aten._cdist_forward)
+    "_euclidean_dist",  # torch.ops.aten._euclidean_dist, the same for p = 2
+    "pairwise_distances",
+    "euclidean_distances",
+    "distance_matrix",
+)
 """Library functions that compute every pairwise distance at once: exercise 3 asks for it by broadcasting."""
 
 
@@ -43,13 +50,14 @@ def shapes_and_strides(answer):
     expect(b == (2, 1, 4), "shape of b: `keepdim=True` keeps dimension 1, with size 1", SHAPES)
     if c == (4, 12, 1) or c == (3, 4, 12):
         hint(
-            "strides of c: a transpose does not move data, it swaps two entries of the strides: start from (12, 4, 1) "
-            "and swap the entries of dimensions 0 and 2",
+            "strides of c: a transpose does not move data and does not recompute the strides: it swaps the strides "
+            "of the two dimensions it exchanges and keeps the other. Which two does `transpose(0, 2)` exchange?",
             LAYOUT,
         )
     expect(
         c == (1, 4, 12),
-        "strides of c: the strides of the contiguous (2, 3, 4) tensor are (12, 4, 1); a transpose swaps two of them",
+        "strides of c: first work out the strides of x, which is contiguous (each stride is the product of the "
+        "sizes to its right), then apply what a transpose does to strides",
         LAYOUT,
     )
 
@@ -100,6 +108,30 @@ def channels_last_flat(fn):
     expect(
         tuple(single.shape) == (1, 20, 3),
         "a batch of one image should give shape (1, 20, 3): do not hard-code the sizes, read them from `images.shape`",
+    )
+    other = torch.randn(3, 2, 5, 7, generator=g)  # every size different from the first batch's
+    hard_coded = (
+        "right for (2, 3, 4, 5) images but not for a (3, 2, 5, 7) batch, which should give shape (3, 35, 2): "
+        "do not hard-code the sizes, read them from `images.shape` (or let `flatten` work them out)"
+    )
+    try:
+        out = returns(fn, other)
+    except RuntimeError as err:
+        if "is invalid for input of size" in str(err):
+            hint(f"{hard_coded}. Your `reshape` or `view` refused it: {err}", SHAPES)
+        raise
+    expect(
+        isinstance(out, torch.Tensor) and torch.equal(out, other.permute(0, 2, 3, 1).reshape(3, 35, 2)),
+        hard_coded,
+        SHAPES,
+    )
+    few, more = _operations(fn, images), _operations(fn, other)
+    expect(
+        few == more,
+        f"your function runs {few} tensor operations for (2, 3, 4, 5) images and {more} for (3, 2, 5, 7): their "
+        "number grows with the sizes, so a loop (or a recursion) runs somewhere the check cannot read (code in "
+        "a string run by `exec`, a function defined elsewhere). A loop skips this section's point: moving a "
+        "dimension is only a change of strides, and one reshape then merges H and W",
     )
 
 

@@ -38,6 +38,14 @@ AUTOGRAD_NAMES = (
 learner may give a variable (``vjp``, ``jacobian``, ``backward``) are left out: a run of the autograd engine is
 counted while the answer runs, however it was called."""
 
+LIBRARY_SOFTPLUS = {
+    "softplus": "PyTorch's own softplus (`F.softplus` or `nn.Softplus`)",
+    "logaddexp": "`torch.logaddexp`, and logaddexp(x, 0) = log(exp(x) + 1) is softplus under another name",
+    "log_sigmoid": "`F.logsigmoid`, and -logsigmoid(-x) = log(1 + exp(x)) is softplus under another name",
+    "log_sigmoid_forward": "`log_sigmoid_forward`, the operator behind `F.logsigmoid` (-logsigmoid(-x) is softplus)",
+}
+"""Library functions (by the name ``torch_calls`` counts) that compute softplus: exercise 2 writes it by hand."""
+
 
 def _holds_tensor(value) -> bool:
     if isinstance(value, torch.Tensor):
@@ -68,6 +76,7 @@ def predict_vjp(answer):
         isinstance(answer, (list, tuple)) and len(answer) == 2,
         "give a list of two lists: [x.grad after the first backward, x.grad after the second]",
     )
+    aliased = answer[0] is answer[1] and isinstance(answer[0], torch.Tensor)
     first, second = _numbers(answer[0], "first"), _numbers(answer[1], "second")
     x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     g = torch.tensor([1.0, 0.0, -2.0], dtype=torch.float64)
@@ -77,10 +86,17 @@ def predict_vjp(answer):
     def same(a, b):
         return torch.allclose(a, b, atol=1e-6)
 
+    if aliased or (same(first, second) and same(second, right + 2 * x)):
+        hint(
+            "first and second are the same numbers: x.grad is one tensor that every backward updates in place, "
+            "so a `first = x.grad` kept without `.tolist()` (or `.clone()`) changed when the second backward added "
+            "to it. Keep a copy of the first result before the second backward",
+            ACCUMULATE,
+        )
     if same(first, g * s):
         hint(
-            "first: you treated y = x * x.sum() as element-wise. x.sum() depends on every x_j too, so "
-            "dy_i/dx_j = delta_ij * x.sum() + x_i: the Jacobian is not diagonal"
+            "first: you treated y = x * x.sum() as element-wise (a diagonal Jacobian). But x.sum() depends on "
+            "every x_j too, so every y_i depends on every x_j: apply the product rule to x_i * x.sum()"
         )
     if same(first, torch.full((3,), 2 * s.item(), dtype=torch.float64)):
         hint(
@@ -94,8 +110,9 @@ def predict_vjp(answer):
         )
     expect(
         same(first, right),
-        "first: x.grad[j] = sum over i of g[i] * dy_i/dx_j, with "
-        "dy_i/dx_j = delta_ij * x.sum() + x_i (two terms: x_i itself, and x_i inside the sum)",
+        "first: x.grad[j] = sum over i of g[i] * dy_i/dx_j. Write the Jacobian dy_i/dx_j first: y_i = x_i * "
+        "x.sum() is a product, and the product rule gives one term where x_j is x_i (only when i = j) and one "
+        "where x_j is inside the sum (for every i)",
     )
     if same(second, 2 * x):
         hint("second: backward does not reset x.grad. The new gradient 2x is added to what was there", ACCUMULATE)
@@ -125,11 +142,10 @@ def softplus_function(cls):
             )
         raise
     expect(isinstance(y, torch.Tensor), f"forward should return a tensor, not a {type(y).__name__}")
-    if calls["softplus"]:
+    if library := next((name for key, name in LIBRARY_SOFTPLUS.items() if calls[key]), None):
         hint(
-            "forward calls PyTorch's own softplus (`F.softplus` or `nn.Softplus`), the function this exercise asks "
-            "you to write: the point is to see where log(1 + exp(x)) overflows and to write the stable formula "
-            "yourself"
+            f"forward calls {library}, the function this exercise asks you to write: the point is to see where "
+            "log(1 + exp(x)) overflows and to write the stable formula yourself, with max, log1p and exp"
         )
     on_ctx = sorted(k for k, v in getattr(y.grad_fn, "__dict__", {}).items() if _holds_tensor(v))
     if on_ctx:
@@ -162,6 +178,12 @@ def softplus_function(cls):
     upstream = torch.linspace(-2.0, 2.0, x.numel())  # not all ones: the chain rule must use it
     with autograd_runs() as runs, torch_calls() as calls:
         (gx,) = torch.autograd.grad(y, x, upstream)
+    if calls["softplus_backward"] or refers_to(cls.backward, "softplus_backward"):
+        hint(
+            "backward calls PyTorch's own `softplus_backward` (`torch.ops.aten.softplus_backward`), the derivative "
+            "this exercise asks you to write: writing it yourself is the point of a custom Function's backward. "
+            "The derivative of softplus is sigmoid(x): multiply it by grad_output"
+        )
     if runs[0] > 1 or calls["softplus"] or refers_to(cls.backward, *AUTOGRAD_NAMES):
         hint(
             "backward asks autograd for the derivative: writing it yourself is the point of a custom Function (its "
@@ -264,7 +286,7 @@ def linear_backward(fn):
             raise
         if runs[0] or refers_to(fn, *AUTOGRAD_NAMES):
             hint(
-                "your function asks autograd for the gradients: the numbers are right, but this exercise is the "
+                "your function asks autograd for the gradients: this exercise is the "
                 "backward you write when autograd cannot help (a custom Function's backward), and the rule it "
                 "practises, that a tensor used at many positions receives the sum of their gradients, is what "
                 "autograd would do for you out of sight. Compute them with tensor operations"
@@ -308,8 +330,7 @@ def linear_backward(fn):
         if tuple(gb.shape) != (n_out,) and gb.numel() > n_out:
             hint(
                 f"{shape}, grad_bias has shape {tuple(gb.shape)}: the bias was broadcast over every leading "
-                f"dimension {lead}, so its gradient sums grad_out over all of them, e.g. "
-                "grad_out.sum(dim=tuple(range(grad_out.dim() - 1)))",
+                f"dimension {lead}, so its gradient sums grad_out over all of them, whatever their number",
                 BROADCASTING,
             )
         expect(

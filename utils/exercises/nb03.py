@@ -4,6 +4,7 @@ Used by notebook 03, whose ``Checker("03")`` imports it by name. Lives in utils/
 the checks, and with them the answers, stay out of the learner's notebook; ``make progress`` runs them too.
 """
 
+import collections
 import contextlib
 
 import torch
@@ -20,6 +21,7 @@ LEAVES = "4. Leaf and non-leaf tensors (叶子节点与非叶子节点), `retain
 TENSOR_HOOKS = "5. Tensor hooks: `register_hook` (钩子)"
 DETACH = "6. `requires_grad` propagation, `detach`, `no_grad` and `inference_mode`"
 MODULE_HOOKS = "9. Module hooks and how `nn.Module.__call__` runs them"
+BACKWARD_HOOKS = "9.3 Backward hooks"
 PRACTICAL_HOOKS = "10. Practical uses of hooks"
 LINEAR_FUNCTION = "02 · 6. Custom Functions (自定义算子)"
 BROADCASTING = "01 · 7. Broadcasting (广播) and matrix products (矩阵乘法)"
@@ -88,6 +90,38 @@ def leaves_and_grads(answer):
     expect(with_grad == {"w", "y"}, "with .grad: w is a leaf that requires grad, so backward fills w.grad")
 
 
+def _graph_gradient(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+    """d sum(y) / d x as y's graph alone computes it: each node is called directly, which runs no hook (tensor
+    hooks and node pre-hooks run only inside the autograd engine). None if the graph cannot be walked that way."""
+    total = torch.zeros_like(x)
+    stack = [(y.grad_fn, torch.ones_like(y))]
+    try:
+        with torch.no_grad():
+            while stack:
+                node, grad = stack.pop()
+                if node is None or grad is None:
+                    continue
+                if type(node).__name__ == "AccumulateGrad":
+                    total = total + grad if node.variable is x else total
+                    continue
+                outs = node(grad) if callable(node) else node.apply(grad)  # a custom Function's node: .apply
+                outs = outs if isinstance(outs, tuple) else (outs,)
+                stack.extend(zip((nxt for nxt, _ in node.next_functions), outs))
+    except Exception:  # a node that wants several gradients, a Function whose backward raises...
+        return None
+    return total
+
+
+def _hook_does_not_scale():
+    hint(
+        "the gradient is scaled, but not by your hook: the scaling is built into the forward computation (a "
+        "`detach` trick, or a custom Function like GradCoeff), and the hook only rides along (it returns the "
+        "gradient as it was, or None). This exercise practises tensor hooks: the hook itself must return the "
+        "scaled gradient, because a hook changes a gradient without touching the forward pass, which is how "
+        "you clip, log or rescale gradients of a model you did not write"
+    )
+
+
 @EXERCISES.exercise(2, "Scale a gradient with a tensor hook (write a function)", TENSOR_HOOKS)
 def scale_grad(fn):
     x = torch.tensor([1.0, 2.0, -3.0], requires_grad=True)
@@ -107,6 +141,7 @@ def scale_grad(fn):
         "no gradient can flow back to t",
         DETACH,
     )
+    in_graph = _graph_gradient(y, x)  # before the backward pass frees the graph's saved tensors
     loss = (y**2).sum() + (3 * x).sum()  # x is used twice: through the scaled tensor, and directly
     try:
         (gx,) = torch.autograd.grad(loss, x)
@@ -156,6 +191,10 @@ def scale_grad(fn):
         "your hook was registered but never ran during backward, so the scaling came from somewhere else: "
         "the hook must be on the tensor the gradient flows through",
     )
+    if in_graph is not None and torch.allclose(in_graph, torch.full((3,), -0.5)):
+        _hook_does_not_scale()  # y's graph, run without its hooks, already scales: the hooks do nothing
+    if in_graph is None and not hooks["changed"] and not node_hook:
+        _hook_does_not_scale()  # a graph the check cannot walk: no tensor hook returned a changed gradient
     leaf = torch.tensor([0.5, 1.5], requires_grad=True)  # a non-leaf input and another alpha
     try:  # sum's backward hands on an expanded gradient: one memory location for every element
         (g_leaf,) = torch.autograd.grad(returns(fn, leaf * 2, 3.0).sum(), leaf)
@@ -229,7 +268,7 @@ def _remove_global_hooks(keep: dict[str, set]) -> None:
 def _watch(layer: nn.Module):
     """Note, each time ``layer`` runs inside the block, whether forward and backward hooks were registered on it (or
     on every module): ``nn.Module.__call__`` runs them around ``forward``, which is wrapped here."""
-    seen = {"calls": 0, "forward": False, "backward": False}
+    seen = {"calls": 0, "forward": False, "backward": False, "deprecated": False}
     forward = layer.forward
 
     def watched(*args, **kwargs):
@@ -239,6 +278,7 @@ def _watch(layer: nn.Module):
         seen["forward"] |= bool(g["_global_forward_hooks"] or g["_global_forward_pre_hooks"])
         seen["backward"] |= bool(layer._backward_hooks or layer._backward_pre_hooks)
         seen["backward"] |= bool(g["_global_backward_hooks"] or g["_global_backward_pre_hooks"])
+        seen["deprecated"] |= bool(layer._backward_hooks) and layer._is_full_backward_hook is False
         return forward(*args, **kwargs)
 
     layer.forward = watched
@@ -246,6 +286,73 @@ def _watch(layer: nn.Module):
         yield seen
     finally:
         del layer.forward
+
+
+class _Handing(collections.OrderedDict):
+    """A hook dict whose hooks get changed data when ``layer`` runs: its input times 2 (forward and forward pre
+    hooks), its output gradient times 3 (backward and backward pre hooks). The hooks themselves still run. An
+    OrderedDict, as nn.Module's own: ``prepend=True`` moves a hook to the front, handles keep a weak reference."""
+
+    def __init__(self, items, layer, kind):
+        self.layer, self.kind = layer, kind
+        super().__init__(items)
+
+    def __setitem__(self, key, hook):
+        super().__setitem__(key, _handed(hook, self.layer, self.kind))
+
+
+def _times(values, factor):
+    with torch.no_grad():
+        return tuple(v * factor if isinstance(v, torch.Tensor) else v for v in values)
+
+
+def _handed(hook, layer, kind):
+    def changed(module, first, *rest):
+        if module is not layer:
+            return hook(module, first, *rest)
+        if kind == "forward":  # (module, args, [kwargs,] output) or (module, args) for a pre-hook
+            given = _times(first, 2)
+            result = hook(module, given, *rest)
+            return first if result is given else result
+        if kind == "backward":  # (module, grad_input, grad_output)
+            return hook(module, first, *rest[:-1], _times(rest[-1], 3))
+        return hook(module, _times(first, 3))  # backward pre-hook: (module, grad_output)
+
+    return changed
+
+
+@contextlib.contextmanager
+def _changed_hook_data(layer: nn.Module):
+    """While the block runs, hooks on ``layer`` (its own, global module hooks, and tensor hooks) receive changed
+    data: the layer's input times 2, its output gradient times 3. A result built from what the hooks received is
+    6 times the right one; a result computed some other way, with hooks for show, is not."""
+    kinds = {
+        "_forward_hooks": "forward",
+        "_forward_pre_hooks": "forward",
+        "_backward_hooks": "backward",
+        "_backward_pre_hooks": "pre",
+    }
+    saved_layer = {name: getattr(layer, name) for name in kinds}
+    saved_global = {name: getattr(module_hooks, name) for name in _GLOBAL_HOOKS}
+    register_hook = torch.Tensor.register_hook
+
+    def tensor_hook(self, hook):
+        return register_hook(self, lambda grad: hook(grad * 3))
+
+    try:
+        for name, kind in kinds.items():
+            setattr(layer, name, _Handing(saved_layer[name], layer, kind))
+        for name in _GLOBAL_HOOKS:
+            kind = kinds["_" + name.removeprefix("_global_")]
+            setattr(module_hooks, name, _Handing(saved_global[name], layer, kind))
+        torch.Tensor.register_hook = tensor_hook
+        yield
+    finally:
+        torch.Tensor.register_hook = register_hook
+        for name, hooks in saved_layer.items():
+            setattr(layer, name, hooks)
+        for name, hooks in saved_global.items():
+            setattr(module_hooks, name, hooks)
 
 
 def _no_forward_hook():
@@ -314,7 +421,7 @@ def per_sample_grads(fn):
             leftover == 0,
             "your hooks are still registered on the layer after the function returned: keep "
             "each handle and call `handle.remove()` (a forgotten hook fires on every later pass)",
-            TENSOR_HOOKS,
+            MODULE_HOOKS,
         )
         expect(seen["calls"] > 0, "the layer never ran: call `loss_fn(model(x)).backward()` in your function")
         expect(isinstance(g, torch.Tensor), f"return a tensor, not a {type(g).__name__}")
@@ -355,6 +462,13 @@ def per_sample_grads(fn):
         )
         if not seen["forward"]:
             _no_forward_hook()
+        if seen["deprecated"]:
+            hint(
+                "your backward hook was registered with `register_backward_hook`, which is deprecated: on a "
+                "module made of several operations it hooks the last one only, so its grad_input is not the "
+                "module's (PyTorch warns). Use `register_full_backward_hook`, which works for any module",
+                BACKWARD_HOOKS,
+            )
         if not (seen["backward"] or hooks["ran"]):
             hint(
                 "no backward hook caught grad_output: take it from a full backward hook on the layer (or a tensor "
@@ -383,7 +497,22 @@ def per_sample_grads(fn):
         )
         expect(
             torch.allclose(g, want, rtol=1e-4, atol=1e-6),
-            "the shape is right but the values are not: sample "
-            "i's gradient is grad_output[i][:, None] * input[i][None, :], with the input of *this* layer "
-            "(forward hook) and the gradient of its output (backward hook)",
+            "the shape is right but the values are not: check which two tensors your hooks kept (the input of "
+            "*this* layer, and the gradient of its output) and how nn.Linear's weight gradient is made from them",
+            LINEAR_FUNCTION,
         )
+        model.zero_grad()
+        try:
+            with _changed_hook_data(layer):
+                handed = returns(fn, model, layer, x, loss_fn)
+        finally:
+            _remove_global_hooks(global_before)
+        if not (isinstance(handed, torch.Tensor) and torch.allclose(handed.detach(), 6 * want, rtol=1e-4, atol=1e-5)):
+            hint(
+                "the values are right, but they did not come from your hooks: the check ran your function "
+                "again and handed your forward hook a changed input and your backward hook a changed "
+                "grad_output, and your result did not follow both. Your hooks ran for show, while the data came "
+                "from elsewhere (retain_grad, autograd.grad on the output, running the layers yourself). This "
+                "exercise practises module hooks: build the result from what they receive",
+                MODULE_HOOKS,
+            )

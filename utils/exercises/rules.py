@@ -274,7 +274,8 @@ def counting_calls(owner: Any, name: str) -> Iterator[list[int]]:
 @contextlib.contextmanager
 def tensor_hooks() -> Iterator[Counter]:
     """Count the tensor hooks registered with ``Tensor.register_hook`` inside the block (``counts["registered"]``)
-    and how many times they ran (``counts["ran"]``, also after the block, while the tensors live). Hooks on graph
+    and how many times they ran (``counts["ran"]``, also after the block, while the tensors live) and returned a
+    gradient different from the one they got (``counts["changed"]``). Hooks on graph
     nodes (``grad_fn.register_prehook``) and module hooks are not seen: their classes cannot be patched."""
     import torch
 
@@ -287,7 +288,10 @@ def tensor_hooks() -> Iterator[Counter]:
         @functools.wraps(hook)
         def counted(grad):
             counts["ran"] += 1
-            return hook(grad)
+            result = hook(grad)
+            if isinstance(result, torch.Tensor) and not (result is grad or torch.equal(result, grad)):
+                counts["changed"] += 1  # the hook replaced the gradient with a different one
+            return result
 
         return original(self, counted)
 
