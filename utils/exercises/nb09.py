@@ -28,11 +28,12 @@ STATE_DICT = "06 · 5. A training checkpoint"
 @EXERCISES.exercise(1, "Bytes per rank under ZeRO-1/2/3, and ZeRO-3's traffic (predict)", ZERO)
 def zero_memory(ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic):
     names = ("ddp_gb", "zero1_gb", "zero2_gb", "zero3_gb")
-    got = [number_answer(v, n) for v, n in zip((ddp_gb, zero1_gb, zero2_gb, zero3_gb), names)]
+    # float(): the number itself, whatever a subclass of int or float says about its comparisons
+    got = [float(number_answer(v, n)) for v, n in zip((ddp_gb, zero1_gb, zero2_gb, zero3_gb), names)]
     want = [32, 18, 11, 4]  # 2e9 parameters, float32 Adam: 4 + 4 + 8 bytes each, 8 ranks
     for name, g in zip(names, got):
         if g >= 1e6:
-            hint(f"{name} = {g:g} looks like bytes; give GB, 10**9 bytes (32·10⁹ bytes is 32 GB)")
+            hint(f"{name} = {g:g} looks like bytes; give GB, 10**9 bytes (5·10⁹ bytes is 5 GB)")
     if all(math.isclose(g, w * 1e9 / 2**30, rel_tol=1e-3) for g, w in zip(got, want)):
         hint("these are GiB (2**30 bytes); the ZeRO table (and this exercise) counts GB, 10**9 bytes")
     if math.isclose(got[1], 11) and math.isclose(got[2], 7.5):
@@ -61,11 +62,11 @@ def zero_memory(ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic):
         "gradients and Adam's states ((4 + 8)Ψ / N)",
     )
     expect(math.isclose(got[3], 4), f"zero3_gb = {got[3]}: ZeRO-3 shards everything, 16Ψ / N")
-    traffic = number_answer(zero3_traffic, "zero3_traffic")
+    traffic = float(number_answer(zero3_traffic, "zero3_traffic"))
     if math.isclose(traffic, 2):
         hint(
-            "zero3_traffic: 2Ψ is DDP's all-reduce; ZeRO-3 all-gathers the parameters twice (for forward, and "
-            "again for backward, since the forward freed them) and reduce-scatters the gradients once"
+            "zero3_traffic: 2Ψ is DDP's all-reduce; ZeRO-3 frees each layer's parameters after using them: count "
+            "the collectives of one step, in forward and in backward, each moving Ψ"
         )
     if math.isclose(traffic, 1.5):
         hint("zero3_traffic: 1.5 is the ratio to DDP; give ZeRO-3's traffic itself, in units of Ψ")
