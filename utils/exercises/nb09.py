@@ -99,16 +99,38 @@ def _chunk_hint(rows: int, world_size: int, rank: int) -> str:
     )
 
 
-LIBRARY_CUTS = ("_split_tensor", "_split_tensor_helper", "_custom_chunk", "pad_tensor", "distribute_tensor", "Shard")
-"""DTensor's own sharding code (``Shard(0)._split_tensor(t, n)`` returns the padded pieces): what exercises 2 and 4 ask
-the learner to write."""
+LIBRARY_CUTS = (
+    "_split_tensor",
+    "_split_tensor_helper",
+    "_custom_chunk",
+    "pad_tensor",
+    "distribute_tensor",
+    "Shard",
+    "_chunk_with_empty",
+    "_get_dim0_padded_size",
+)
+"""DTensor's and FSDP2's own sharding code (``Shard(0)._split_tensor(t, n)`` returns the padded pieces, FSDP2's private
+``_chunk_with_empty`` the pieces and ``_get_dim0_padded_size`` their padded size): what exercises 2 and 4 ask the
+learner to write. Any other name from ``torch.distributed`` is refused too: the cut needs tensor operations only."""
 
 
 def _own_cut(fn, name: str) -> None:
-    if used := rules.refers_to(fn, *LIBRARY_CUTS):
+    used = rules.refers_to(fn, *LIBRARY_CUTS)
+    used = used or min((n for n in rules.names_used(fn) if n.startswith("torch.distributed.")), default=None)
+    if used:
         hint(
-            f"`{name}` uses DTensor's own sharding code (`{used}`): that is the cut this exercise asks you to write "
-            "with tensor operations, to see for yourself where each rank's rows and the padding go",
+            f"`{name}` uses DTensor's or FSDP2's own sharding code (`{used}`): that is the cut this exercise asks you "
+            "to write with tensor operations, to see for yourself where each rank's rows and the padding go",
+            ZERO,
+        )
+
+
+def _own_memory(out: torch.Tensor, param: torch.Tensor, where: str) -> None:
+    if out.numel() and out.untyped_storage().data_ptr() == param.untyped_storage().data_ptr():
+        hint(
+            f"{where}: the shard is a view of `param`, sharing its memory, so the whole parameter stays alive on "
+            "every rank and sharding saves nothing; a rank stores its rows in memory of its own (FSDP2 copies "
+            "them into a new padded buffer, then frees the full parameter)",
             ZERO,
         )
 
@@ -117,6 +139,7 @@ def _own_cut(fn, name: str) -> None:
 def fsdp_shard_check(fn):
     _own_cut(fn, "fsdp_shard")
     param = torch.arange(15.0).reshape(5, 3)  # 5 rows on 4 ranks: 2 + 2 + 1 + 0
+    shards = []
     for rank in range(4):
         try:
             out = returns(fn, param, rank, 4)
@@ -135,6 +158,7 @@ def fsdp_shard_check(fn):
             f"(2, 3), ceil(5 / 4) rows, not {tuple(out.shape)}",
         )
         expect(out.dtype == param.dtype, f"keep the parameter's dtype: got {out.dtype}, expected {param.dtype}")
+        shards.append(out)
         split = list(torch.tensor_split(param, 4))[rank]
         if rank == 1 and torch.equal(out[: len(split)], split) and not torch.equal(out, _padded(param, 1, 4)):
             hint(
@@ -153,6 +177,8 @@ def fsdp_shard_check(fn):
             f"rank {rank}: pad with zeros (FSDP2 "
             f"pads with new_zeros; fresh `empty` memory holds garbage), got {out.tolist()}",
         )
+    for rank, out in enumerate(shards):  # after the rows' hints: a view is right in every value
+        _own_memory(out, param, f"rank {rank}")
     g = torch.Generator().manual_seed(9)
     for shape in ((3,), (7, 2), (4, 3, 2), (2, 5), (8, 1)):
         for world_size in (1, 2, 3, 4, 5):
@@ -175,6 +201,7 @@ def fsdp_shard_check(fn):
                     f"{where}: expected shape "
                     f"{tuple(want.shape)} {want.tolist()}, got {tuple(out.shape)} {out.tolist()}",
                 )
+                _own_memory(out, t, where)
             gathered = torch.cat([fn(t, r, world_size) for r in range(world_size)])  # what all-gather returns
             assert torch.equal(gathered[: shape[0]], t)  # follows from the checks above: padding only at the end
     return (
