@@ -372,6 +372,12 @@ from utils.exercises.nb09 import run_exercise_3  # noqa: E402
 run_exercise_3(shard, save, load, cell_lines=({first}, {last}))
 """
 UNITS = ("", "0", "2", "4")  # the root and each Linear of exercise_3_model
+OTHER_UNITS = ("", "0", "1", "3")  # the root and each Linear of _other_model: a `shard` that counts positions fails
+_SHIFT = 1.0
+"""Added to every weight after ``save`` returns, before the check writes its own checkpoint for ``load`` to read: values
+that ``load`` did not read from the folder it was given differ from the expected ones."""
+_KEPT = -7.0
+"""What the trained model's weights hold while ``load`` runs: a ``load`` that copies from that model returns these."""
 _LAYERS = {"0.weight": (7, 5), "0.bias": (7,), "2.weight": (4, 7), "2.bias": (4,), "4.weight": (3, 4), "4.bias": (3,)}
 
 
@@ -380,6 +386,12 @@ def exercise_3_model() -> torch.nn.Module:
     nn = torch.nn
     torch.manual_seed(0)  # the same weights on every rank and in the reference
     return nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 4), nn.ReLU(), nn.Linear(4, 3))
+
+
+def _other_model() -> torch.nn.Module:
+    """A second model for ``shard`` alone, its three Linear layers at other positions than exercise_3_model's."""
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(5, 6), nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
 
 
 def _param_facts(model: torch.nn.Module) -> dict[str, tuple]:
@@ -444,6 +456,7 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
     import torch.distributed.checkpoint as dcp
     import torch.distributed.checkpoint.state_dict_loader as loader
     import torch.nn.functional as F
+    from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
@@ -474,6 +487,13 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
             failed("shard", exc)
         facts["params"] = _param_facts(model)
         facts["units"] = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+        other = _other_model()
+        try:
+            shard(other, mesh)
+            facts["other_units"] = [name for name, m in other.named_modules() if isinstance(m, FSDPModule)]
+        except Exception as exc:  # noqa: BLE001
+            facts["other_error"] = _learner_error("shard", exc, program, cell_lines)
+        del other
         if not all(f[0] == "DTensor" for f in facts["params"].values()):
             save_result(args.out, facts)
             return
@@ -509,6 +529,16 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
         if not facts["files"]:
             save_result(args.out, facts)
             return
+        # `load` reads the check's own checkpoint of the same layout, written now with every weight shifted; then the
+        # trained model's weights are overwritten: only values that `load` reads from its folder can be right
+        theirs = f"{args.ckpt}-check"
+        with torch.no_grad():
+            for p in model.parameters():
+                p.to_local().add_(_SHIFT)
+            model_sd, optim_sd = get_state_dict(model, opt)
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=theirs)
+            for p in model.parameters():
+                p.to_local().fill_(_KEPT)
         made: list[str] = []
         models: list[torch.nn.Module] = []
 
@@ -525,7 +555,7 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
         for k in rebound:  # `from torch.distributed.checkpoint import load` in the cell
             globals_of_load[k] = recording
         try:
-            fresh = load(make_model, args.ckpt, mesh)
+            fresh = load(make_model, theirs, mesh)
         except Exception as exc:  # noqa: BLE001
             failed("load", exc)
         finally:
@@ -537,6 +567,7 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
         facts["built_by_make_model"] = any(fresh is m for m in models)
         if isinstance(fresh, torch.nn.Module):
             facts["loaded_params"] = _param_facts(fresh)
+            facts["loaded_units"] = [name for name, m in fresh.named_modules() if isinstance(m, FSDPModule)]
             state = fresh.state_dict()
             facts["loaded"] = {k: v.full_tensor() if isinstance(v, DTensor) else v.detach() for k, v in state.items()}
         save_result(args.out, facts)
@@ -750,8 +781,21 @@ def _judge_shard(rank: dict) -> None:
         )
     if missing := [u for u in UNITS[1:] if u not in units]:
         hint(
-            f"`model[{missing[0]}]`, an `nn.Linear`, is not its own FSDP unit: shard every Linear of the model the "
-            "check passes (find them by their type, not by their position in section 1's model)",
+            f"{len(missing)} of the 3 `nn.Linear` layers of the model the check passes are not FSDP units of their "
+            "own: shard every Linear of the model `shard` gets (find them by their type, not by their position in "
+            "section 1's model)",
+            ZERO,
+        )
+    other = rank.get("other_error")
+    if other or set(rank.get("other_units", ())) != set(OTHER_UNITS):
+        said = (
+            f"it raised {other['type']}{other['where']}: {other['message']}"
+            if other
+            else "it did not make each of its Linear layers an FSDP unit, then the model"
+        )
+        hint(
+            "the check also calls `shard` on a second model of three `nn.Linear` layers, placed differently: "
+            f"{said}. Find the layers of the model `shard` gets by their type, not by their position",
             ZERO,
         )
 
@@ -851,8 +895,8 @@ def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
     whole = [k for k, (kind, _, shape) in asked.items() if kind == "Tensor" and len(shape) > 0]
     if nproc == 2 and whole:
         hint(
-            f"each rank asked `dcp.load` for whole tensors (`{whole[0]}` as a plain tensor of shape "
-            f"{asked[whole[0]][2]}), so every rank read the full model: shard the fresh model first, and load into "
+            f"rank {r} asked `dcp.load` for whole tensors (`{whole[0]}` as a plain tensor of shape "
+            f"{asked[whole[0]][2]}), so it read the full model: shard the fresh model first, and load into "
             "its own state dict (`get_model_state_dict`), whose DTensors tell each rank which rows to read",
             DCP,
         )
@@ -879,7 +923,24 @@ def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
             f"{on}, `{name}` of the loaded model is sharded over {mesh_size} rank(s): use the mesh the check passes",
             DCP,
         )
+    if set(rank.get("loaded_units", ())) != set(UNITS):
+        hint(
+            f"{on}, the model `load` returned is not sharded like `shard` does: its FSDP units are "
+            f'{sorted(rank.get("loaded_units", ()))} ("" is the root); with the root alone each forward gathers '
+            "the whole model at once: each `nn.Linear` is its own unit, then the model",
+            DCP,
+        )
     for name, value in rank["loaded"].items():
+        if value.device.type != "meta" and (
+            torch.equal(value, saved[name]) or torch.equal(value, torch.full_like(value, _KEPT))
+        ):
+            hint(
+                f"{on}, `{name}` of the loaded model holds the trained model's values, not those in the folder `load` "
+                "was given: the check passes `load` a checkpoint of the same layout that it wrote after `save`, with "
+                "every weight changed, and changed the trained model's too. A job that restarts has nothing but the "
+                "folder: read every value from it with `dcp.load`, not from a model or a copy kept in memory",
+                DCP,
+            )
         expect(
             value.device.type != "meta",
             f"{on}, `{name}` of the loaded model is still on the meta device, without memory: `to_empty(device=...)` "
@@ -887,7 +948,7 @@ def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
             DCP,
         )
         expect(
-            torch.equal(value, saved[name]),
+            torch.equal(value, saved[name] + _SHIFT),
             f"{on}, `{name}` of the loaded model is not the checkpoint's: `dcp.load` fills the state dict you give "
             "it, in place; then `set_model_state_dict` copies it into the model",
             DCP,
@@ -929,7 +990,8 @@ def sharded_program(shard, save, load):
     for r, rank in ranks.items():
         _judge_load(rank, r, 2, ranks[0]["full"])
     return (
-        "your program sharded, trained and saved on 2 processes, and loaded its checkpoint into a new model sharded "
-        f"on the 2 processes; this process read it too, without a process group ({run['seconds']:.0f} s of launch; "
+        "your program sharded, trained and saved on 2 processes, and loaded a checkpoint of the same layout into a new "
+        "model sharded on the 2 processes; this process read yours too, without a process group "
+        f"({run['seconds']:.0f} s of launch; "
         f"`runs/{PROGRAM}` is the program, to run by hand with the command in its first lines)"
     )
