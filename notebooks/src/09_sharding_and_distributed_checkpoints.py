@@ -1166,8 +1166,9 @@ ex.check(1, ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic)
 # became 2 + 1 — and pads the smaller shards, so that the all-gather moves pieces of equal size. Write
 # `fsdp_shard(param, rank, world_size)`: the padded shard that rank `rank` stores, of shape
 # `(ceil(rows / world_size), *param.shape[1:])` and the parameter's dtype — its `torch.chunk` rows of `param`
-# first, then rows of zeros. Careful: `torch.chunk` may return *fewer* pieces than you ask for (try
-# `torch.arange(5).chunk(4)`); a rank left without a piece has no real row and stores only padding.
+# first, then rows of zeros — in memory of its own (not a view of `param`, which the rank then frees). Careful:
+# `torch.chunk` may return *fewer* pieces than you ask for (try `torch.arange(5).chunk(4)`); a rank left without a
+# piece has no real row and stores only padding.
 #
 # Then look at `torch.cat([fsdp_shard(w, r, 4) for r in range(4)])` for a 5-row `w`: what all-gathering the
 # padded shards gives. Where is the padding, and how do you get `w` back?
