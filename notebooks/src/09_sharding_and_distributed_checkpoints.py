@@ -1166,8 +1166,9 @@ ex.check(1, ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic)
 # became 2 + 1 — and pads the smaller shards, so that the all-gather moves pieces of equal size. Write
 # `fsdp_shard(param, rank, world_size)`: the padded shard that rank `rank` stores, of shape
 # `(ceil(rows / world_size), *param.shape[1:])` and the parameter's dtype — its `torch.chunk` rows of `param`
-# first, then rows of zeros. Careful: `torch.chunk` may return *fewer* pieces than you ask for (try
-# `torch.arange(5).chunk(4)`); a rank left without a piece has no real row and stores only padding.
+# first, then rows of zeros — in memory of its own (not a view of `param`, which the rank then frees). Careful:
+# `torch.chunk` may return *fewer* pieces than you ask for (try `torch.arange(5).chunk(4)`); a rank left without a
+# piece has no real row and stores only padding.
 #
 # Then look at `torch.cat([fsdp_shard(w, r, 4) for r in range(4)])` for a 5-row `w`: what all-gathering the
 # padded shards gives. Where is the padding, and how do you get `w` back?
@@ -1188,8 +1189,10 @@ ex.check(2, fsdp_shard)
 # Write the three pieces of section 1's and section 2's script that a training job of your own needs. The check
 # writes this exercise's cell into a program, `runs/09_exercise3.py` (after `import torch` and `import torch.nn as
 # nn`, so import in the cell whatever else your functions use), and launches it with `torchrun` on 2 processes. On
-# each rank it builds a model of three `nn.Linear` layers, calls your `shard`, trains it for 2 Adam steps, calls your
-# `save`, then your `load`; finally it reads your checkpoint in this notebook's process, without a process group.
+# each rank it builds a model of three `nn.Linear` layers, calls your `shard` (on a second model too, its layers
+# placed differently), trains it for 2 Adam steps, calls your `save`, then your `load` on a checkpoint of the same
+# layout that the check writes after your `save`, with every weight changed (so that only what `load` reads from its
+# folder counts); finally it reads your checkpoint in this notebook's process, without a process group.
 #
 # * `shard(model, mesh)`: make each `nn.Linear` of `model` its own FSDP2 unit, then the whole model, on `mesh`
 #   (a 1-D mesh of the 2 ranks), with `fully_shard`'s defaults; it returns nothing.

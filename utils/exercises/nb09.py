@@ -28,11 +28,12 @@ STATE_DICT = "06 · 5. A training checkpoint"
 @EXERCISES.exercise(1, "Bytes per rank under ZeRO-1/2/3, and ZeRO-3's traffic (predict)", ZERO)
 def zero_memory(ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic):
     names = ("ddp_gb", "zero1_gb", "zero2_gb", "zero3_gb")
-    got = [number_answer(v, n) for v, n in zip((ddp_gb, zero1_gb, zero2_gb, zero3_gb), names)]
+    # float(): the number itself, whatever a subclass of int or float says about its comparisons
+    got = [float(number_answer(v, n)) for v, n in zip((ddp_gb, zero1_gb, zero2_gb, zero3_gb), names)]
     want = [32, 18, 11, 4]  # 2e9 parameters, float32 Adam: 4 + 4 + 8 bytes each, 8 ranks
     for name, g in zip(names, got):
         if g >= 1e6:
-            hint(f"{name} = {g:g} looks like bytes; give GB, 10**9 bytes (32·10⁹ bytes is 32 GB)")
+            hint(f"{name} = {g:g} looks like bytes; give GB, 10**9 bytes (5·10⁹ bytes is 5 GB)")
     if all(math.isclose(g, w * 1e9 / 2**30, rel_tol=1e-3) for g, w in zip(got, want)):
         hint("these are GiB (2**30 bytes); the ZeRO table (and this exercise) counts GB, 10**9 bytes")
     if math.isclose(got[1], 11) and math.isclose(got[2], 7.5):
@@ -61,11 +62,11 @@ def zero_memory(ddp_gb, zero1_gb, zero2_gb, zero3_gb, zero3_traffic):
         "gradients and Adam's states ((4 + 8)Ψ / N)",
     )
     expect(math.isclose(got[3], 4), f"zero3_gb = {got[3]}: ZeRO-3 shards everything, 16Ψ / N")
-    traffic = number_answer(zero3_traffic, "zero3_traffic")
+    traffic = float(number_answer(zero3_traffic, "zero3_traffic"))
     if math.isclose(traffic, 2):
         hint(
-            "zero3_traffic: 2Ψ is DDP's all-reduce; ZeRO-3 all-gathers the parameters twice (for forward, and "
-            "again for backward, since the forward freed them) and reduce-scatters the gradients once"
+            "zero3_traffic: 2Ψ is DDP's all-reduce; ZeRO-3 frees each layer's parameters after using them: count "
+            "the collectives of one step, in forward and in backward, each moving Ψ"
         )
     if math.isclose(traffic, 1.5):
         hint("zero3_traffic: 1.5 is the ratio to DDP; give ZeRO-3's traffic itself, in units of Ψ")
@@ -98,16 +99,38 @@ def _chunk_hint(rows: int, world_size: int, rank: int) -> str:
     )
 
 
-LIBRARY_CUTS = ("_split_tensor", "_split_tensor_helper", "_custom_chunk", "pad_tensor", "distribute_tensor", "Shard")
-"""DTensor's own sharding code (``Shard(0)._split_tensor(t, n)`` returns the padded pieces): what exercises 2 and 4 ask
-the learner to write."""
+LIBRARY_CUTS = (
+    "_split_tensor",
+    "_split_tensor_helper",
+    "_custom_chunk",
+    "pad_tensor",
+    "distribute_tensor",
+    "Shard",
+    "_chunk_with_empty",
+    "_get_dim0_padded_size",
+)
+"""DTensor's and FSDP2's own sharding code (``Shard(0)._split_tensor(t, n)`` returns the padded pieces, FSDP2's private
+``_chunk_with_empty`` the pieces and ``_get_dim0_padded_size`` their padded size): what exercises 2 and 4 ask the
+learner to write. Any other name from ``torch.distributed`` is refused too: the cut needs tensor operations only."""
 
 
 def _own_cut(fn, name: str) -> None:
-    if used := rules.refers_to(fn, *LIBRARY_CUTS):
+    used = rules.refers_to(fn, *LIBRARY_CUTS)
+    used = used or min((n for n in rules.names_used(fn) if n.startswith("torch.distributed.")), default=None)
+    if used:
         hint(
-            f"`{name}` uses DTensor's own sharding code (`{used}`): that is the cut this exercise asks you to write "
-            "with tensor operations, to see for yourself where each rank's rows and the padding go",
+            f"`{name}` uses DTensor's or FSDP2's own sharding code (`{used}`): that is the cut this exercise asks you "
+            "to write with tensor operations, to see for yourself where each rank's rows and the padding go",
+            ZERO,
+        )
+
+
+def _own_memory(out: torch.Tensor, param: torch.Tensor, where: str) -> None:
+    if out.numel() and out.untyped_storage().data_ptr() == param.untyped_storage().data_ptr():
+        hint(
+            f"{where}: the shard is a view of `param`, sharing its memory, so the whole parameter stays alive on "
+            "every rank and sharding saves nothing; a rank stores its rows in memory of its own (FSDP2 copies "
+            "them into a new padded buffer, then frees the full parameter)",
             ZERO,
         )
 
@@ -116,6 +139,7 @@ def _own_cut(fn, name: str) -> None:
 def fsdp_shard_check(fn):
     _own_cut(fn, "fsdp_shard")
     param = torch.arange(15.0).reshape(5, 3)  # 5 rows on 4 ranks: 2 + 2 + 1 + 0
+    shards = []
     for rank in range(4):
         try:
             out = returns(fn, param, rank, 4)
@@ -134,6 +158,7 @@ def fsdp_shard_check(fn):
             f"(2, 3), ceil(5 / 4) rows, not {tuple(out.shape)}",
         )
         expect(out.dtype == param.dtype, f"keep the parameter's dtype: got {out.dtype}, expected {param.dtype}")
+        shards.append(out)
         split = list(torch.tensor_split(param, 4))[rank]
         if rank == 1 and torch.equal(out[: len(split)], split) and not torch.equal(out, _padded(param, 1, 4)):
             hint(
@@ -152,6 +177,8 @@ def fsdp_shard_check(fn):
             f"rank {rank}: pad with zeros (FSDP2 "
             f"pads with new_zeros; fresh `empty` memory holds garbage), got {out.tolist()}",
         )
+    for rank, out in enumerate(shards):  # after the rows' hints: a view is right in every value
+        _own_memory(out, param, f"rank {rank}")
     g = torch.Generator().manual_seed(9)
     for shape in ((3,), (7, 2), (4, 3, 2), (2, 5), (8, 1)):
         for world_size in (1, 2, 3, 4, 5):
@@ -174,6 +201,7 @@ def fsdp_shard_check(fn):
                     f"{where}: expected shape "
                     f"{tuple(want.shape)} {want.tolist()}, got {tuple(out.shape)} {out.tolist()}",
                 )
+                _own_memory(out, t, where)
             gathered = torch.cat([fn(t, r, world_size) for r in range(world_size)])  # what all-gather returns
             assert torch.equal(gathered[: shape[0]], t)  # follows from the checks above: padding only at the end
     return (
@@ -344,6 +372,12 @@ from utils.exercises.nb09 import run_exercise_3  # noqa: E402
 run_exercise_3(shard, save, load, cell_lines=({first}, {last}))
 """
 UNITS = ("", "0", "2", "4")  # the root and each Linear of exercise_3_model
+OTHER_UNITS = ("", "0", "1", "3")  # the root and each Linear of _other_model: a `shard` that counts positions fails
+_SHIFT = 1.0
+"""Added to every weight after ``save`` returns, before the check writes its own checkpoint for ``load`` to read: values
+that ``load`` did not read from the folder it was given differ from the expected ones."""
+_KEPT = -7.0
+"""What the trained model's weights hold while ``load`` runs: a ``load`` that copies from that model returns these."""
 _LAYERS = {"0.weight": (7, 5), "0.bias": (7,), "2.weight": (4, 7), "2.bias": (4,), "4.weight": (3, 4), "4.bias": (3,)}
 
 
@@ -352,6 +386,12 @@ def exercise_3_model() -> torch.nn.Module:
     nn = torch.nn
     torch.manual_seed(0)  # the same weights on every rank and in the reference
     return nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 4), nn.ReLU(), nn.Linear(4, 3))
+
+
+def _other_model() -> torch.nn.Module:
+    """A second model for ``shard`` alone, its three Linear layers at other positions than exercise_3_model's."""
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(5, 6), nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
 
 
 def _param_facts(model: torch.nn.Module) -> dict[str, tuple]:
@@ -416,6 +456,7 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
     import torch.distributed.checkpoint as dcp
     import torch.distributed.checkpoint.state_dict_loader as loader
     import torch.nn.functional as F
+    from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
@@ -446,6 +487,13 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
             failed("shard", exc)
         facts["params"] = _param_facts(model)
         facts["units"] = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+        other = _other_model()
+        try:
+            shard(other, mesh)
+            facts["other_units"] = [name for name, m in other.named_modules() if isinstance(m, FSDPModule)]
+        except Exception as exc:  # noqa: BLE001
+            facts["other_error"] = _learner_error("shard", exc, program, cell_lines)
+        del other
         if not all(f[0] == "DTensor" for f in facts["params"].values()):
             save_result(args.out, facts)
             return
@@ -481,6 +529,16 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
         if not facts["files"]:
             save_result(args.out, facts)
             return
+        # `load` reads the check's own checkpoint of the same layout, written now with every weight shifted; then the
+        # trained model's weights are overwritten: only values that `load` reads from its folder can be right
+        theirs = f"{args.ckpt}-check"
+        with torch.no_grad():
+            for p in model.parameters():
+                p.to_local().add_(_SHIFT)
+            model_sd, optim_sd = get_state_dict(model, opt)
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=theirs)
+            for p in model.parameters():
+                p.to_local().fill_(_KEPT)
         made: list[str] = []
         models: list[torch.nn.Module] = []
 
@@ -497,7 +555,7 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
         for k in rebound:  # `from torch.distributed.checkpoint import load` in the cell
             globals_of_load[k] = recording
         try:
-            fresh = load(make_model, args.ckpt, mesh)
+            fresh = load(make_model, theirs, mesh)
         except Exception as exc:  # noqa: BLE001
             failed("load", exc)
         finally:
@@ -509,6 +567,7 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
         facts["built_by_make_model"] = any(fresh is m for m in models)
         if isinstance(fresh, torch.nn.Module):
             facts["loaded_params"] = _param_facts(fresh)
+            facts["loaded_units"] = [name for name, m in fresh.named_modules() if isinstance(m, FSDPModule)]
             state = fresh.state_dict()
             facts["loaded"] = {k: v.full_tensor() if isinstance(v, DTensor) else v.detach() for k, v in state.items()}
         save_result(args.out, facts)
@@ -722,8 +781,21 @@ def _judge_shard(rank: dict) -> None:
         )
     if missing := [u for u in UNITS[1:] if u not in units]:
         hint(
-            f"`model[{missing[0]}]`, an `nn.Linear`, is not its own FSDP unit: shard every Linear of the model the "
-            "check passes (find them by their type, not by their position in section 1's model)",
+            f"{len(missing)} of the 3 `nn.Linear` layers of the model the check passes are not FSDP units of their "
+            "own: shard every Linear of the model `shard` gets (find them by their type, not by their position in "
+            "section 1's model)",
+            ZERO,
+        )
+    other = rank.get("other_error")
+    if other or set(rank.get("other_units", ())) != set(OTHER_UNITS):
+        said = (
+            f"it raised {other['type']}{other['where']}: {other['message']}"
+            if other
+            else "it did not make each of its Linear layers an FSDP unit, then the model"
+        )
+        hint(
+            "the check also calls `shard` on a second model of three `nn.Linear` layers, placed differently: "
+            f"{said}. Find the layers of the model `shard` gets by their type, not by their position",
             ZERO,
         )
 
@@ -823,8 +895,8 @@ def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
     whole = [k for k, (kind, _, shape) in asked.items() if kind == "Tensor" and len(shape) > 0]
     if nproc == 2 and whole:
         hint(
-            f"each rank asked `dcp.load` for whole tensors (`{whole[0]}` as a plain tensor of shape "
-            f"{asked[whole[0]][2]}), so every rank read the full model: shard the fresh model first, and load into "
+            f"rank {r} asked `dcp.load` for whole tensors (`{whole[0]}` as a plain tensor of shape "
+            f"{asked[whole[0]][2]}), so it read the full model: shard the fresh model first, and load into "
             "its own state dict (`get_model_state_dict`), whose DTensors tell each rank which rows to read",
             DCP,
         )
@@ -851,7 +923,24 @@ def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
             f"{on}, `{name}` of the loaded model is sharded over {mesh_size} rank(s): use the mesh the check passes",
             DCP,
         )
+    if set(rank.get("loaded_units", ())) != set(UNITS):
+        hint(
+            f"{on}, the model `load` returned is not sharded like `shard` does: its FSDP units are "
+            f'{sorted(rank.get("loaded_units", ()))} ("" is the root); with the root alone each forward gathers '
+            "the whole model at once: each `nn.Linear` is its own unit, then the model",
+            DCP,
+        )
     for name, value in rank["loaded"].items():
+        if value.device.type != "meta" and (
+            torch.equal(value, saved[name]) or torch.equal(value, torch.full_like(value, _KEPT))
+        ):
+            hint(
+                f"{on}, `{name}` of the loaded model holds the trained model's values, not those in the folder `load` "
+                "was given: the check passes `load` a checkpoint of the same layout that it wrote after `save`, with "
+                "every weight changed, and changed the trained model's too. A job that restarts has nothing but the "
+                "folder: read every value from it with `dcp.load`, not from a model or a copy kept in memory",
+                DCP,
+            )
         expect(
             value.device.type != "meta",
             f"{on}, `{name}` of the loaded model is still on the meta device, without memory: `to_empty(device=...)` "
@@ -859,7 +948,7 @@ def _judge_load(rank: dict, r: int, nproc: int, saved: dict) -> None:
             DCP,
         )
         expect(
-            torch.equal(value, saved[name]),
+            torch.equal(value, saved[name] + _SHIFT),
             f"{on}, `{name}` of the loaded model is not the checkpoint's: `dcp.load` fills the state dict you give "
             "it, in place; then `set_model_state_dict` copies it into the model",
             DCP,
@@ -901,7 +990,8 @@ def sharded_program(shard, save, load):
     for r, rank in ranks.items():
         _judge_load(rank, r, 2, ranks[0]["full"])
     return (
-        "your program sharded, trained and saved on 2 processes, and loaded its checkpoint into a new model sharded "
-        f"on the 2 processes; this process read it too, without a process group ({run['seconds']:.0f} s of launch; "
+        "your program sharded, trained and saved on 2 processes, and loaded a checkpoint of the same layout into a new "
+        "model sharded on the 2 processes; this process read yours too, without a process group "
+        f"({run['seconds']:.0f} s of launch; "
         f"`runs/{PROGRAM}` is the program, to run by hand with the command in its first lines)"
     )
