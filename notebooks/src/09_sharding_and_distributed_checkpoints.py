@@ -63,6 +63,8 @@ except ModuleNotFoundError:
 # `report()` (lines `[rank N] ...`, sorted by rank) and return tensors through `save_result()` files read with
 # `load_rank_results`. Each launch prints its command line first: in a terminal in `notebooks/`, the same
 # `torchrun` command runs the script by hand (`$WORK` stands for this notebook's temporary folder).
+# On Windows and macOS the programs are the same; what differs there (gloo, spawned workers, `USE_LIBUV=0` on
+# Windows, which `run_torchrun` sets by itself) is in notebook 08's setup section.
 #
 # All of these programs talk through **c10d** (通信层, `torch.distributed`'s communication layer: process groups and
 # collectives over gloo or NCCL). DDP, FSDP2, DTensor, the checkpoint planner and the pipeline schedules below
