@@ -372,8 +372,17 @@ def _operations(fn, model, layer, x) -> int:
     return sum(calls.values())
 
 
+DEPRECATED_HOOK = (
+    "your backward hook was registered with `register_backward_hook`, which is deprecated: on a "
+    "module made of several operations it hooks the last one only, so its grad_input is not the "
+    "module's (PyTorch warns). Use `register_full_backward_hook`, which works for any module"
+)
+
+
 @EXERCISES.exercise(3, "Per-sample gradients with module hooks (stretch)", MODULE_HOOKS)
 def per_sample_grads(fn):
+    if refers_to(fn, "register_backward_hook"):  # before it runs: its FutureWarning is an error under the tests
+        hint(DEPRECATED_HOOK, BACKWARD_HOOKS)
     cases = []
     model, gen = _model(7)
     x, targets = torch.randn(6, 4, generator=gen), torch.randint(0, 3, (6,), generator=gen)
@@ -463,12 +472,7 @@ def per_sample_grads(fn):
         if not seen["forward"]:
             _no_forward_hook()
         if seen["deprecated"]:
-            hint(
-                "your backward hook was registered with `register_backward_hook`, which is deprecated: on a "
-                "module made of several operations it hooks the last one only, so its grad_input is not the "
-                "module's (PyTorch warns). Use `register_full_backward_hook`, which works for any module",
-                BACKWARD_HOOKS,
-            )
+            hint(DEPRECATED_HOOK, BACKWARD_HOOKS)
         if not (seen["backward"] or hooks["ran"]):
             hint(
                 "no backward hook caught grad_output: take it from a full backward hook on the layer (or a tensor "
