@@ -165,10 +165,16 @@ def _explain_exception(exc: BaseException) -> tuple[str, str | None]:
     return said, None
 
 
+def is_cell_file(filename: str) -> bool:
+    """Whether code of this file name was written in a notebook cell: IPython compiles a cell under a file of
+    ``ipykernel``'s, :func:`utils.exercises.section.run_sources` under ``<cell-N>``."""
+    return "ipykernel" in filename or filename.startswith("<")
+
+
 def _learner_frame(exc: BaseException) -> str | None:
     """Where the exception passed through the learner's code ("" if not in a named function), else None."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if "ipykernel" in frame.filename or frame.filename.startswith("<"):  # a notebook cell
+        if is_cell_file(frame.filename):
             return f" in `{frame.name}` (line {frame.lineno} of its cell)" if frame.name != "<module>" else ""
     return None
 
@@ -207,7 +213,7 @@ def _stub_raised(exc: NotImplementedError) -> bool:
     """The stub's own ``raise NotImplementedError``: raised in a notebook cell, not deeper (``nn.Module`` raises
     NotImplementedError for a misspelt ``forward``; an operator for a tensor it does not support)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and ("ipykernel" in frames[-1].filename or frames[-1].filename.startswith("<"))
+    return bool(frames) and is_cell_file(frames[-1].filename)
 
 
 def _arity_problem(exercise: Exercise, number: int, answers: tuple) -> str | None:

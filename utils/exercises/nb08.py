@@ -11,7 +11,6 @@ check writes the learner's cell to ``notebooks/runs/ex4_ddp.py`` and runs it wit
 import ast
 import contextlib
 import json
-import linecache
 import math
 import operator
 import os
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
-from utils.exercises import NotAttempted, Registry, expect, hint, number_answer, returns
+from utils.exercises import NotAttempted, Registry, expect, hint, number_answer, returns, rules
 from utils.exercises.rules import counting_calls, refers_to
 
 EXERCISES = Registry("08")
@@ -447,16 +446,6 @@ BLANKS = 6
 NOT_SHUFFLED = "shuffled (DistributedSampler's default, `shuffle=True`)"
 
 
-def _cell_source(fn) -> str:
-    """The whole cell that defined ``fn``: IPython, and ``run_sources``, keep every cell's source in linecache."""
-    if not isinstance(fn, types.FunctionType):
-        hint(f"pass `main`, the function your exercise cell defines, not {type(fn).__name__} {fn!r:.60}")
-    lines = linecache.getlines(fn.__code__.co_filename)
-    if not lines:
-        hint("the check cannot read the cell that defined `main`: run the exercise cell again, then this one")
-    return "".join(lines)
-
-
 def _blanks(tree: ast.AST) -> list[ast.AST]:
     """The stub's ``...`` lines still in the program: a bare ``...`` or ``name = ...``."""
     return [
@@ -577,12 +566,8 @@ def _launch_failed(err) -> None:
 def _launch(source: str, tmp: Path) -> tuple[dict[int, dict], Path, float]:
     """Write the program to runs/ex4_ddp.py, run it on 2 processes; each rank's record, the folder it saved to."""
     from utils.launch import TorchrunError, run_torchrun
-    from utils.paths import NOTEBOOKS_DIR
 
-    runs = NOTEBOOKS_DIR / "runs"
-    runs.mkdir(exist_ok=True)
-    program = runs / PROGRAM_FILE
-    program.write_text(source.rstrip() + "\n" + FOOTER, encoding="utf-8")
+    program = rules.write_program(PROGRAM_FILE, source.rstrip() + "\n" + FOOTER)
     out, record = tmp / "out", tmp / "record"
     out.mkdir()
     record.mkdir()
@@ -726,7 +711,7 @@ def _check_saved(records: dict[int, dict], out: Path, source: str) -> dict[str, 
 
 @EXERCISES.exercise(4, "A DDP program, launched on 2 processes (write a program)", PROGRAM)
 def ddp_program_check(main):
-    source = _cell_source(main)
+    source = rules.cell_source(main=main)
     _program_checks(main, source)
     with tempfile.TemporaryDirectory(prefix="ex4-") as tmp:
         records, out, wall = _launch(source, Path(tmp))

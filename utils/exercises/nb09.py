@@ -8,7 +8,6 @@ checked as tensor code, against ``torch.chunk`` (the rule ``fully_shard`` and ``
 """
 
 import ast
-import linecache
 import math
 import os
 import re
@@ -448,7 +447,6 @@ def run_exercise_3(shard, save, load, cell_lines: tuple[int, int]) -> None:
     """The check's side of exercise 3, on every rank of ``runs/09_exercise3.py``: call the learner's functions and
     write what happened (facts, not verdicts: the notebook's check judges them) with ``save_result``."""
     import argparse
-    import os
     import sys
     import warnings
 
@@ -587,28 +585,6 @@ def _is_stub(fn) -> bool:
     return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
 
 
-def _cell_source(functions: dict) -> str:
-    files = {name: getattr(getattr(fn, "__code__", None), "co_filename", None) for name, fn in functions.items()}
-    for name, file in files.items():
-        expect(file is not None, f"`{name}` should be a function defined with `def` in the exercise's cell")
-    if len(set(files.values())) > 1:
-        first = next(iter(files.values()))
-        other = next(name for name, file in files.items() if file != first)
-        hint(
-            f"`{other}` was defined in another cell than the other functions: the check runs the exercise's cell "
-            "as a program, so define all three there and run that cell again"
-        )
-    lines = linecache.getlines(next(iter(files.values())))
-    expect(
-        lines,
-        "the check could not read the exercise's cell (its source is what runs on the 2 processes): run that "
-        "cell again, then this one",
-    )
-    source = "".join(lines)
-    # IPython turns a magic into get_ipython() calls, which a program does not have
-    return "\n".join("" if "get_ipython()" in line else line for line in source.splitlines()) + "\n"
-
-
 def _static_hints(shard, save, load) -> None:
     """What the functions' source shows before anything runs (quick, and no launch for the common shortcuts)."""
     if used := rules.refers_to(shard, "DistributedDataParallel", "DDP"):
@@ -657,17 +633,13 @@ _exercise_3_runs: dict[tuple[str, int], dict] = {}
 def _launch(source: str, nproc: int, work: Path) -> dict:
     """Run the program (written from ``source``) on ``nproc`` processes; what its ranks reported."""
     from utils.launch import load_rank_results, run_torchrun
-    from utils.paths import NOTEBOOKS_DIR
 
     if (source, nproc) in _exercise_3_runs:
         return _exercise_3_runs[source, nproc]
-    runs = NOTEBOOKS_DIR / "runs"
-    runs.mkdir(exist_ok=True)
     first = _HEADER.count("\n") + 1
-    path = runs / PROGRAM
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(_HEADER + source + _FOOTER.format(first=first, last=first + source.count("\n") - 1), "utf-8")
-    os.replace(tmp, path)  # another process checking at the same time never runs half a file
+    path = rules.write_program(
+        PROGRAM, _HEADER + source + _FOOTER.format(first=first, last=first + source.count("\n") - 1)
+    )
     ckpt, out = work / "ckpt", work / f"out{nproc}"
     result = run_torchrun(
         path,
@@ -966,7 +938,7 @@ def sharded_program(shard, save, load):
         )
     if stubs:
         hint(f"`{stubs[0]}` still raises NotImplementedError: the program calls all three functions")
-    source = _cell_source(functions)
+    source = rules.cell_source(**functions)
     _static_hints(shard, save, load)
     import tempfile
 

@@ -23,11 +23,16 @@ import ast
 import contextlib
 import functools
 import inspect
+import linecache
+import os
 import textwrap
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+from utils.exercises import expect, hint, is_cell_file
 
 LOOP_NODES: dict[type, str] = {
     ast.For: "a `for` loop",
@@ -47,8 +52,7 @@ def _is_learners(fn: Any) -> bool:
     code = getattr(fn, "__code__", None)
     if code is None:
         return False
-    name = code.co_filename
-    return name.startswith("<") or "ipykernel" in name
+    return is_cell_file(code.co_filename)
 
 
 def _function(fn: Any) -> types.FunctionType | None:
@@ -348,7 +352,49 @@ def calls_to(*targets: Any) -> Iterator[Counter]:
         sys.setprofile(previous)
 
 
+def cell_source(**functions: Any) -> str:
+    """The whole notebook cell that defined ``functions`` (given by name), as a program runs it: IPython and
+    :func:`utils.exercises.section.run_sources` keep every cell's source in linecache. Hints when one is not a
+    function of that cell, when they come from different cells, or when the cell cannot be read. The lines
+    IPython made of magics (``get_ipython()`` calls) are blanked: a program has no IPython."""
+    files = {}
+    for name, fn in functions.items():
+        if not isinstance(fn, types.FunctionType):
+            hint(f"pass `{name}`, the function your exercise cell defines, not {type(fn).__name__} {fn!r:.60}")
+        files[name] = fn.__code__.co_filename
+    if len(set(files.values())) > 1:
+        first = next(iter(files.values()))
+        other = next(name for name, file in files.items() if file != first)
+        hint(
+            f"`{other}` was defined in another cell than the other functions: the check runs the exercise's cell "
+            "as a program, so define them all there and run that cell again"
+        )
+    lines = linecache.getlines(next(iter(files.values())))
+    expect(
+        lines,
+        "the check could not read the exercise's cell (its source is what runs on the 2 processes): run that "
+        "cell again, then this one",
+    )
+    return "".join("\n" if "get_ipython()" in line else line for line in lines)
+
+
+def write_program(name: str, text: str) -> Path:
+    """Write a program into ``notebooks/runs/`` (where the lessons write theirs) in one step: another process
+    checking at the same time never runs half a file. Returns its path."""
+    from utils.paths import NOTEBOOKS_DIR
+
+    runs = NOTEBOOKS_DIR / "runs"
+    runs.mkdir(exist_ok=True)
+    path = runs / name
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
 __all__ = [
+    "cell_source",
+    "write_program",
     "assigned_names",
     "autograd_runs",
     "calls_to",
