@@ -101,5 +101,5 @@ def test_colab_links_appear_only_when_the_course_names_a_github_repository(monke
         assert (url in syllabus.readme_block()) == shown
         assert (url in syllabus.start_page()) == shown
         assert (syllabus.colab_url(first) == url) == shown
-        assert 'COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", ' + f'"{repository}")' in syllabus.setup_cell()
+        assert f'COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "{repository}")' in syllabus.setup_cell()
     assert site.colab_url is syllabus.colab_url  # the lesson pages use the same link

@@ -38,7 +38,7 @@
 # them: where they say something that no longer holds, the last section lists it, for readers who have them.
 
 # %%
-# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or
 # downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
 # COURSE and runs this notebook inside it.
 try:
@@ -48,10 +48,13 @@ except ModuleNotFoundError:
     from pathlib import Path
     from urllib.request import urlopen
 
-    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "").rstrip("/").removesuffix(".git")
     beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
     if not (beside.is_file() or COURSE):
-        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+        raise ModuleNotFoundError(
+            "opened without its course, which names no repository to fetch it from: set the environment variable "
+            "TORCH_COURSE_REPOSITORY to the course's location (a GitHub address), or get the whole course"
+        ) from None
     raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
     code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
     exec(code, {"__name__": "opened_alone", "COURSE": COURSE})

@@ -36,7 +36,7 @@
 # `non_blocking` copies. Nothing in the notebook names a device; the stored outputs were made on the CPU.
 
 # %%
-# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or
 # downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
 # COURSE and runs this notebook inside it.
 try:
@@ -46,10 +46,13 @@ except ModuleNotFoundError:
     from pathlib import Path
     from urllib.request import urlopen
 
-    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "").rstrip("/").removesuffix(".git")
     beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
     if not (beside.is_file() or COURSE):
-        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+        raise ModuleNotFoundError(
+            "opened without its course, which names no repository to fetch it from: set the environment variable "
+            "TORCH_COURSE_REPOSITORY to the course's location (a GitHub address), or get the whole course"
+        ) from None
     raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
     code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
     exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
@@ -1914,8 +1917,9 @@ ex.check(2, evaluate_classifier)
 # generators, so that a seeded run repeats it.
 #
 # The check runs your sampler in a `DataLoader` over the MNIST test set, then over a part of it that holds only
-# three digits, and looks at the labels of every batch. Section 4's lines `(train_set.targets == 0).nonzero()` and
-# `torch.randperm(10, generator=g)` are all the tools you need.
+# three digits, and looks at the labels of every batch. Section 4's lines `(train_set.targets == 0).nonzero().squeeze(1)`
+# and `torch.randperm(10, generator=g)`, with `labels.unique()` for the digits that occur, are all the tools you
+# need.
 
 
 # %%

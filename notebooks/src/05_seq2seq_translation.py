@@ -44,7 +44,7 @@
 # reads the corpus files and makes batches (section 5 shows the padding it does).
 
 # %%
-# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or
 # downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
 # COURSE and runs this notebook inside it.
 try:
@@ -54,10 +54,13 @@ except ModuleNotFoundError:
     from pathlib import Path
     from urllib.request import urlopen
 
-    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "").rstrip("/").removesuffix(".git")
     beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
     if not (beside.is_file() or COURSE):
-        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+        raise ModuleNotFoundError(
+            "opened without its course, which names no repository to fetch it from: set the environment variable "
+            "TORCH_COURSE_REPOSITORY to the course's location (a GitHub address), or get the whole course"
+        ) from None
     raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
     code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
     exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
@@ -1678,7 +1681,7 @@ ex.check(2, dot_attention)
 #
 # Section 8's `train_step` leaves the padding out of the loss with `ignore_index=PAD_token` and gets one number, the
 # mean over the batch's real target words. To see which sentences a model finds hard you also want each sentence's
-# own loss. Write `masked_losses(logits, tgt)`: `logits` `[B, T, V]` is what `Seq2Seq.forward` returns and `tgt`
+# own loss. Write `masked_losses(logits, tgt)`: `logits` `[B, T, V]` is the first of the two tensors `Seq2Seq.forward` returns and `tgt`
 # `[B, T]` the padded target batch. Return `(per_sentence, mean)`: `per_sentence` `[B]` is each sentence's mean
 # cross-entropy over its real words only, and `mean` the mean over all the real words of the batch, the loss
 # `train_step` minimises, as a 0-d tensor that `backward()` can be called on. No Python loop, and one call of

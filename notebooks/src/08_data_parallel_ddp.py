@@ -36,7 +36,7 @@
 # CPU.
 
 # %%
-# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or
 # downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
 # COURSE and runs this notebook inside it.
 try:
@@ -46,10 +46,13 @@ except ModuleNotFoundError:
     from pathlib import Path
     from urllib.request import urlopen
 
-    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "").rstrip("/").removesuffix(".git")
     beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
     if not (beside.is_file() or COURSE):
-        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+        raise ModuleNotFoundError(
+            "opened without its course, which names no repository to fetch it from: set the environment variable "
+            "TORCH_COURSE_REPOSITORY to the course's location (a GitHub address), or get the whole course"
+        ) from None
     raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
     code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
     exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
@@ -71,13 +74,14 @@ except ModuleNotFoundError:
 # plumbing; every line says why it is there.
 #
 # **On Windows and macOS** the programs are the same; three things differ, and the course takes care of them:
-# * the backend is gloo everywhere without CUDA (NCCL exists only on Linux with NVIDIA GPUs), which is what this
-#   notebook uses on a CPU;
-# * DataLoader workers start as fresh interpreters there (the `spawn` start method, which `mp.spawn` uses on
-#   every system; Linux too from Python 3.14, with `forkserver`): a worker has only what it can import, which
-#   is why the workers' code lives in files;
+# * the backend there is always gloo, even on Windows with an NVIDIA GPU (NCCL exists only on Linux); this notebook
+#   uses gloo on the CPU everywhere, so nothing changes here;
+# * DataLoader workers (notebook 04, §5) start there with the `spawn` start method (on Linux too from Python
+#   3.14, with `forkserver`): fresh interpreters, so a dataset must be importable. `mp.spawn` uses `spawn` on
+#   every system, and `torchrun` starts fresh interpreters too, which is why this notebook's workers live in files;
 # * PyTorch's Windows builds have no libuv, which `torchrun`'s store uses by default: on Windows,
-#   `run_torchrun` sets `USE_LIBUV=0` (in a terminal: `set USE_LIBUV=0` before `torchrun`).
+#   `run_torchrun` sets `USE_LIBUV=0` (in a terminal: `set USE_LIBUV=0` in cmd, `$env:USE_LIBUV = "0"` in
+#   PowerShell, before `torchrun`).
 
 # %%
 import inspect
@@ -2137,8 +2141,8 @@ ex.check(3, merge_bn_stats)
 # 6. leave the process group, also when training fails.
 #
 # The check writes the whole cell to `runs/ex4_ddp.py`, adds a few lines that call `main` and note what each rank
-# did, runs it with `torchrun --standalone --nproc_per_node=2` (each process told it is alone on its machine, as in
-# a job of 2 machines) and compares the saved model with one process trained with batch 16 (Proof (1)). It also
+# did, runs it with `torchrun --standalone --nproc_per_node=2`, setting `LOCAL_RANK` to 0 in both processes (as on
+# 2 machines with one process each: choose the writer by the global rank), and compares the saved model with one process trained with batch 16 (Proof (1)). It also
 # looks at each rank's shards and where they came from, at who saved and how often, and whether the ranks left the
 # group.
 

@@ -37,7 +37,7 @@
 # devices and `nccl` where these say `cpu` and gloo.
 
 # %%
-# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or
 # downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
 # COURSE and runs this notebook inside it.
 try:
@@ -47,10 +47,13 @@ except ModuleNotFoundError:
     from pathlib import Path
     from urllib.request import urlopen
 
-    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "").rstrip("/").removesuffix(".git")
     beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
     if not (beside.is_file() or COURSE):
-        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+        raise ModuleNotFoundError(
+            "opened without its course, which names no repository to fetch it from: set the environment variable "
+            "TORCH_COURSE_REPOSITORY to the course's location (a GitHub address), or get the whole course"
+        ) from None
     raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
     code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
     exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
@@ -1191,8 +1194,8 @@ ex.check(2, fsdp_shard)
 # Write the three pieces of section 1's and section 2's script that a training job of your own needs. The check
 # writes this exercise's cell into a program, `runs/09_exercise3.py` (after `import torch` and `import torch.nn as
 # nn`, so import in the cell whatever else your functions use), and launches it with `torchrun` on 2 processes. On
-# each rank it builds a model of three `nn.Linear` layers, calls your `shard` (on a second model too, its layers
-# placed differently), trains it for 2 Adam steps, calls your `save`, then your `load` on a checkpoint of the same
+# each rank it builds a model of three `nn.Linear` layers, calls your `shard` (on a second model too, whose
+# `nn.Linear` layers sit at other positions: find them with `model.modules()`, not by index), trains it for 2 Adam steps, calls your `save`, then your `load` on a checkpoint of the same
 # layout that the check writes after your `save`, with every weight changed (so that only what `load` reads from its
 # folder counts); finally it reads your checkpoint in this notebook's process, without a process group.
 #

@@ -33,7 +33,7 @@
 # from PyTorch 2.14, the closing section lists it.
 
 # %%
-# Setup (准备). In the course's own folder this cell does nothing. Opened alone (in Colab, or
+# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or
 # downloaded without the rest of the course), it fetches the course (its helpers, data and pinned packages) from
 # COURSE and runs this notebook inside it.
 try:
@@ -43,10 +43,13 @@ except ModuleNotFoundError:
     from pathlib import Path
     from urllib.request import urlopen
 
-    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "")  # where the course lives
+    COURSE = os.environ.get("TORCH_COURSE_REPOSITORY", "").rstrip("/").removesuffix(".git")
     beside = Path.cwd().parent / "tools" / "opened_alone.py"  # the course is here, but not installed
     if not (beside.is_file() or COURSE):
-        raise ModuleNotFoundError("opened without its course: get the whole course (its README says how)") from None
+        raise ModuleNotFoundError(
+            "opened without its course, which names no repository to fetch it from: set the environment variable "
+            "TORCH_COURSE_REPOSITORY to the course's location (a GitHub address), or get the whole course"
+        ) from None
     raw = "/raw/HEAD" if COURSE.startswith("https://github.com/") else ""
     code = beside.read_bytes() if beside.is_file() else urlopen(f"{COURSE}{raw}/tools/opened_alone.py").read()
     exec(code, {"__name__": "opened_alone", "COURSE": COURSE})
@@ -1764,7 +1767,7 @@ ex.check(2, MyLayerNorm)
 #
 # Sections 2.3 and 2.4 wrote Adam and its decoupled weight decay as formulas. Write `adamw_step(params, state, lr,
 # betas, eps, weight_decay)`: one step of AdamW on every tensor of the list `params`, **in place**, from each one's
-# `.grad` (the check gives every tensor one), so that calling it after every backward moves the parameters exactly as
+# `.grad` (the check gives every tensor one), so that calling it after every backward moves the parameters (up to rounding) as
 # `torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)` would, step for step. `state`
 # is a dict, empty at the first call, that the caller passes back unchanged at every later call: keep in it what
 # the update needs from one step to the next (section 2.5 lists what `optimizer.state` holds). Use tensor
