@@ -176,7 +176,9 @@ def solutions_index() -> str:
     )
 
 
-SETUP_FIRST_LINE = "# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or"
+SETUP_FIRST_LINE = (
+    "# Opened alone? (单独打开) In the course's own folder this cell does nothing. Opened alone (in Colab, or"
+)
 
 
 def setup_cell() -> str:
